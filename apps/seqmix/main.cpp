@@ -1,0 +1,224 @@
+// seqmix command-line tool: a thin layer over libseqmix (no model logic lives here).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "seqmix/data/byte_corpus.h"
+#include "seqmix/generate/sampler.h"
+#include "seqmix/models/presets.h"
+#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/config.h"
+#include "seqmix/train/evaluate.h"
+#include "seqmix/train/trainer.h"
+
+namespace {
+
+using seqmix::train::RunConfig;
+
+// Options shared by the commands that resolve a configuration.
+struct ConfigFlags {
+  std::string config_path, model, size, data, data_dir;
+  int64_t max_steps = -1, seed = -1, batch_size = -1, threads = -1, max_len = -1;
+  double lr = -1;
+  std::vector<std::string> set;
+
+  void add_to(CLI::App* app) {
+    app->add_option("--config", config_path, "TOML config file ([model], [data], [train])")
+        ->check(CLI::ExistingFile);
+    app->add_option("--model", model,
+                    "model preset: weird-net (= aib-net), weird-net-a, moss, transformer");
+    app->add_option("--size", size, "model size: tiny, mini, base, small, medium, large");
+    app->add_option("--data", data, "corpus: sotu, moby-dick, or a text file/folder path");
+    app->add_option("--data-dir", data_dir, "folder filled by scripts/setup.sh (default: data)");
+    app->add_option("--max-steps", max_steps, "optimizer steps");
+    app->add_option("--seed", seed, "random seed (init, batch order)");
+    app->add_option("--batch-size", batch_size, "sequences per step");
+    app->add_option("--lr", lr, "peak learning rate");
+    app->add_option("--threads", threads, "intra-op threads (0 = all)");
+    app->add_option("--max-len", max_len, "context length in bytes");
+    app->add_option("--set", set, "override any key: section.key=value (repeatable)");
+  }
+
+  std::vector<std::string> overrides() const {
+    std::vector<std::string> o;
+    auto str = [&](const char* key, const std::string& v) {
+      if (!v.empty()) o.push_back(std::string(key) + "=" + nlohmann::json(v).dump());
+    };
+    auto num = [&](const char* key, auto v) {
+      if (v >= 0) o.push_back(std::string(key) + "=" + fmt::format("{}", v));
+    };
+    str("model.preset", model);
+    str("model.size", size);
+    str("data.source", data);
+    str("data.dir", data_dir);
+    num("train.max_steps", max_steps);
+    num("train.seed", seed);
+    num("train.batch_size", batch_size);
+    num("train.threads", threads);
+    num("model.max_len", max_len);
+    if (lr >= 0) o.push_back("train.lr=" + fmt::format("{:e}", lr));
+    o.insert(o.end(), set.begin(), set.end());
+    return o;
+  }
+};
+
+int cmd_info() {
+  fmt::print("seqmix presets (parameters for a byte-level vocabulary of 256)\n\n");
+  fmt::print("{:<12}", "size");
+  for (const auto& f : seqmix::models::family_names()) fmt::print(" {:>13}", f);
+  fmt::print("  {:>3} {:>5} {:>5} {:>3} {:>5}  source\n", "N", "D", "d_ff", "H", "L");
+  for (const auto& s : seqmix::models::size_presets()) {
+    fmt::print("{:<12}", s.name);
+    for (const auto& f : seqmix::models::family_names()) {
+      const auto n = seqmix::models::make_model_config(f, s.name).num_parameters();
+      fmt::print(" {:>12.2f}M", static_cast<double>(n) / 1e6);
+    }
+    fmt::print("  {:>3} {:>5} {:>5} {:>3} {:>5}  {}\n", s.n_layers, s.d_model, s.d_ff, s.n_heads,
+               s.max_len, s.source);
+  }
+  fmt::print("\nweird-net / aib-net: Structure B (AIB attention in odd layers, self-attention in even)\n"
+             "weird-net-a: Structure A (AIB attention in every layer)\n"
+             "moss: Structure B, Leaky-ReLU FFN, biases on A and V\n"
+             "transformer: softmax self-attention in every layer (GPT-2 style)\n");
+  return 0;
+}
+
+seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& config) {
+  const std::string path = seqmix::train::find_checkpoint(run);
+  config = seqmix::train::read_checkpoint_config(path);
+  seqmix::models::SequenceModel model(config.model);
+  seqmix::train::load_checkpoint(path, model, nullptr);
+  model->eval();
+  return model;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"seqmix: sub-quadratic sequence models (AIB/Weird attention, Transformer) -- "
+               "train, evaluate, generate"};
+  app.require_subcommand(1);
+
+  ConfigFlags train_flags;
+  std::string out;
+  bool resume = false, dump = false;
+  auto* train = app.add_subcommand("train", "train a byte-level language model");
+  train_flags.add_to(train);
+  train->add_option("--out", out, "run folder (config.toml, metrics.jsonl, checkpoint.pt)");
+  train->add_flag("--resume", resume, "continue from <out>/checkpoint.pt");
+  train->add_flag("--dump-config", dump, "print the resolved configuration and exit");
+
+  std::string eval_run, eval_data, eval_data_dir, eval_split;
+  int64_t eval_max_bytes = 0, eval_threads = 0, eval_batch = 32;
+  auto* eval = app.add_subcommand("eval", "evaluate a checkpoint; prints one JSON line");
+  eval->add_option("run", eval_run, "run folder or checkpoint file")->required();
+  eval->add_option("--data", eval_data, "corpus (default: the one it was trained on)");
+  eval->add_option("--data-dir", eval_data_dir, "folder filled by scripts/setup.sh");
+  eval->add_option("--split", eval_split, "valid or test (enwik8/text8)");
+  eval->add_option("--max-bytes", eval_max_bytes, "score only the first N held-out bytes");
+  eval->add_option("--batch-size", eval_batch, "windows per forward pass");
+  eval->add_option("--threads", eval_threads, "intra-op threads (0 = all)");
+
+  std::string gen_run, prompt = "\n";
+  int64_t max_new = 256, top_k = 0, gen_seed = 0, gen_threads = 0;
+  double temperature = 0.8, top_p = 0.95;
+  auto* gen = app.add_subcommand("generate", "generate text from a trained model");
+  gen->add_option("run", gen_run, "run folder or checkpoint file")->required();
+  gen->add_option("--prompt", prompt, "text to continue");
+  gen->add_option("--max-new-tokens", max_new, "bytes to generate")->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", temperature, "sampling temperature (0 = greedy)");
+  gen->add_option("--top-k", top_k, "keep the k most likely bytes (0 = all)");
+  gen->add_option("--top-p", top_p, "nucleus sampling threshold in (0, 1]");
+  gen->add_option("--seed", gen_seed, "sampling seed");
+  gen->add_option("--threads", gen_threads, "intra-op threads (0 = all)");
+
+  auto* info = app.add_subcommand("info", "list model presets with parameter counts");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (info->parsed()) return cmd_info();
+
+    if (train->parsed()) {
+      RunConfig base;
+      const RunConfig* base_ptr = nullptr;
+      if (resume) {
+        if (out.empty()) throw std::runtime_error("--resume needs --out <run folder>");
+        base = seqmix::train::read_checkpoint_config(seqmix::train::find_checkpoint(out));
+        base_ptr = &base;
+      }
+      const RunConfig config = seqmix::train::resolve_config(train_flags.config_path,
+                                                             train_flags.overrides(), base_ptr);
+      if (dump) {
+        std::cout << config.to_toml();
+        return 0;
+      }
+      if (out.empty()) throw std::runtime_error("train: --out <run folder> is required");
+      seqmix::train::TrainOptions opts;
+      opts.out_dir = out;
+      opts.resume = resume;
+      const auto r = seqmix::train::train(config, opts);
+      fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
+                                        {"train_loss", r.final_train_loss},
+                                        {"split", "eval"},
+                                        {"loss", r.eval_loss},
+                                        {"bpc", r.eval_bpc},
+                                        {"out", out}}
+                             .dump());
+      return 0;
+    }
+
+    if (eval->parsed()) {
+      RunConfig config;
+      auto model = load_model(eval_run, config);
+      seqmix::train::configure_threads(eval_threads);
+      if (!eval_data.empty()) config.data.source = eval_data;
+      if (!eval_data_dir.empty()) config.data.dir = eval_data_dir;
+      if (!eval_split.empty()) config.data.eval_split = eval_split;
+      const auto corpus = seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,
+                                                         config.data.eval_split);
+      const auto r = seqmix::train::evaluate_bytes(model, corpus.eval(), eval_batch, eval_max_bytes);
+      fmt::print("{}\n", nlohmann::json{{"split", "eval"},
+                                        {"data", config.data.source},
+                                        {"eval_split", config.data.eval_split},
+                                        {"loss", r.loss},
+                                        {"bpc", r.bpc},
+                                        {"tokens", r.tokens},
+                                        {"seconds", r.seconds}}
+                             .dump());
+      return 0;
+    }
+
+    if (gen->parsed()) {
+      RunConfig config;
+      auto model = load_model(gen_run, config);
+      seqmix::train::configure_threads(gen_threads);
+      seqmix::generate::SamplingOptions o;
+      o.temperature = temperature;
+      o.top_k = top_k;
+      o.top_p = top_p;
+      std::fputs(prompt.c_str(), stdout);
+      seqmix::generate::generate_text(model, prompt, max_new, o, static_cast<uint64_t>(gen_seed),
+                                      [](char c) {
+                                        std::fputc(c, stdout);
+                                        std::fflush(stdout);
+                                      });
+      std::fputc('\n', stdout);
+      return 0;
+    }
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "seqmix: error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seqmix: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,14 @@
+# Warnings for our own targets (not for third-party headers, which come in as system includes).
+function(seqmix_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+endfunction()
+
+# seqmix_add_test(name source...): one GoogleTest binary, registered per test case with CTest.
+function(seqmix_add_test name)
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE seqmix GTest::gtest GTest::gtest_main)
+  seqmix_warnings(${name})
+  target_precompile_headers(${name} REUSE_FROM seqmix)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES ENVIRONMENT "SEQMIX_TEST_DATA=${CMAKE_BINARY_DIR}/test-data;SEQMIX_BIN=$<TARGET_FILE:seqmix_cli>")
+endfunction()

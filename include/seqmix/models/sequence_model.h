@@ -1,0 +1,81 @@
+#pragma once
+/// @file sequence_model.h
+/// The stack shared by every model family (weird-net Sec. III.E, Fig. 4; GPT-2 for the
+/// Transformer baseline): token embedding + learned positional embedding, N blocks
+/// [norm -> mixer -> residual, norm -> FFN -> residual], final norm, language-model head.
+/// Legend: B batch, L sequence length (<= max_len), D = d_model, V = vocab_size.
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <string>
+#include <vector>
+
+#include "seqmix/nn/block.h"
+#include "seqmix/nn/feed_forward.h"
+#include "seqmix/ops/aib_scan.h"
+
+namespace seqmix::models {
+
+/// Everything that fixes a model's architecture. Resolved from a preset, then a config file,
+/// then command-line overrides (see train/config.h), and stored in every checkpoint.
+struct ModelConfig {
+  std::string preset = "weird-net";  ///< family name the config came from (informational)
+  std::string size = "mini";         ///< size name the config came from (informational)
+  int64_t vocab_size = 256;          ///< V: 256 for byte-level models
+  int64_t d_model = 128;             ///< D
+  int64_t n_layers = 4;              ///< N
+  int64_t n_heads = 4;               ///< heads of every self-attention mixer
+  int64_t d_ff = 512;                ///< FFN inner width
+  int64_t max_len = 256;             ///< longest sequence (learned positions, AIB levels)
+  /// Mixer of layer i (0-based) is mixers[i % mixers.size()]: "aib" or "attention".
+  /// {"aib", "attention"} is Structure B (AIB in the 1st, 3rd, ... layers), {"aib"} Structure A.
+  std::vector<std::string> mixers = {"aib", "attention"};
+  bool causal = true;                 ///< decoder (true) or encoder (false)
+  std::string activation = "gelu";    ///< FFN activation: gelu | leaky_relu | relu
+  std::string aib_weights = "prefix_exp";  ///< prefix_exp | exp | ones (PS attention)
+  bool aib_bias = false;              ///< biases on A and V (Moss)
+  bool pre_norm = true;               ///< pre-norm (GPT-2) or post-norm blocks
+  double dropout = 0.0;               ///< residual, FFN and attention dropout
+  bool tie_embeddings = true;         ///< LM head shares the token embedding matrix
+
+  /// @throws std::invalid_argument naming the first inconsistent field.
+  void validate() const;
+  /// Exact number of trainable parameters, computed without building the model.
+  int64_t num_parameters() const;
+};
+
+/// A stack of blocks with embeddings and an LM head.
+/// Init (weird-net Sec. III.G): token and position embeddings ~ N(0, 1/D); see each layer.
+class SequenceModelImpl : public torch::nn::Module {
+ public:
+  explicit SequenceModelImpl(ModelConfig config);
+
+  /// Hidden states after the final norm: tokens [B, L] int64 in [0, V), mask [B, L] bool or
+  /// undefined -> [B, L, D]. @throws c10::Error if L > max_len or a token is out of range.
+  at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& mask = {});
+  /// Next-token logits: tokens [B, L] -> [B, L, V].
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& mask = {});
+
+  /// Decoding state: one MixerState per block. @throws std::logic_error for an encoder.
+  std::vector<nn::MixerState> init_state(int64_t batch) const;
+  /// Consumes token [B] (int64) at position states[0].pos and returns logits [B, V].
+  /// @throws c10::Error when the position reaches max_len.
+  at::Tensor step(const at::Tensor& token, std::vector<nn::MixerState>& states);
+
+  const ModelConfig& config() const { return config_; }
+
+  torch::nn::Embedding tok_emb{nullptr};
+  at::Tensor pos_emb;  ///< [max_len, D]
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm norm_f{nullptr};
+  torch::nn::Linear head{nullptr};  ///< only when !tie_embeddings
+
+ private:
+  at::Tensor logits(const at::Tensor& h);
+  ModelConfig config_;
+};
+TORCH_MODULE(SequenceModel);
+
+}  // namespace seqmix::models

@@ -1,0 +1,80 @@
+#pragma once
+/// @file aib_scan.h
+/// AIB attention (alias Weird attention) scan: the weighted prefix sum at the heart of
+/// Moss (moss-aib-attention, Sec. III), AIB-Net and Weird-Net (weird-net, Sec. III.B,
+/// eqs. 29-38, Algorithms 1 and 2).
+///
+/// Legend: B batch, L sequence length, D channels, K = ceil(log2 max_len) distance levels.
+///
+/// Given A, V [B, L, D] and the level parameters w [K, D]:
+///   E = exp(A),  H = E * V,  U = E
+///   for j = 0 .. ceil(log2 L) - 1:  H[2^j:] += H[:-2^j] * W_j,  U[2^j:] += U[:-2^j] * W_j
+///   O = H / U
+/// with W_j the weight of distance 2^j. Closed form (causal):
+///   H_i = sum_{d=0..i} a_d E_{i-d} V_{i-d},  a_d = prod_{k in bits(d)} W_k,
+/// so O_i is a softmax over the prefix with position-dependent prior a_{i-j} (eq. 29).
+/// Bidirectional (encoder, Algorithm 2): channels [0, D/2) run the causal prefix form with
+/// W[:, :D/2], channels [D/2, D) the mirrored suffix form with W[:, D/2:].
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace seqmix::ops {
+
+/// How the per-level distance weights W [K, D] are derived from the parameter w [K, D].
+enum class AIBWeights {
+  prefix_exp,  ///< W = exp(cumsum(w, 0)) (weird-net eq. 34, eqs. 57-61; the default)
+  exp,         ///< W = exp(w) (the ablation of weird-net Table IX)
+  ones,        ///< W = 1: PS attention (weird-net Sec. III.A, eqs. 12-27); w is unused
+};
+
+/// Causal (decoder, Algorithm 1) or bidirectional (encoder, Algorithm 2) scan.
+enum class AIBDirection { causal, bidirectional };
+
+/// Parses "prefix_exp" | "exp" | "ones". @throws std::invalid_argument naming the value.
+AIBWeights parse_aib_weights(const std::string& name);
+std::string to_string(AIBWeights w);
+
+/// Number of distance levels needed for sequences up to `max_len`: ceil(log2 max_len), >= 1.
+int64_t aib_num_levels(int64_t max_len);
+
+/// Per-level distance weights W [K, D] (W_j multiplies distance 2^j) from w [K, D].
+/// For `ones` returns ones shaped like w.
+at::Tensor aib_level_weights(const at::Tensor& w, AIBWeights kind);
+
+/// Per-distance weights a_d = prod_{k in bits(d)} W_k for d = 0 .. n-1 (a_0 = 1).
+/// @param level_weights W [K, D] with 2^K >= n.  @return [n, D], same dtype.
+/// @throws c10::Error if K levels cannot represent distance n - 1.
+at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n);
+
+/// Reference AIB scan: the papers' Algorithms 1/2 written literally in ATen ops (autograd
+/// through ATen), stabilised by subtracting the per-(batch, channel) maximum of A over valid
+/// positions (which leaves O unchanged).
+///
+/// @param a     A = X W_A (+ b_A), [B, L, D], float32 or float64.
+/// @param v     V = X W_V (+ b_V), [B, L, D], same dtype as `a`.
+/// @param w     level parameters [K, D] with 2^K >= L (unused when weights == ones, may then
+///              be undefined).
+/// @param mask  [B, L] bool, true = valid position, or undefined (all valid). Padded
+///              positions contribute nothing; outputs there are 0, and an output with no
+///              valid position in its window is 0 (never NaN).
+/// @return O [B, L, D].
+/// @throws c10::Error on a shape/dtype mismatch (message names the argument), on odd D in
+///         the bidirectional form, or when K levels are too few for L.
+at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                              const at::Tensor& mask, AIBDirection direction,
+                              AIBWeights weights);
+
+/// The closed form H_i = sum_d a_d E_{i-d} V_{i-d} evaluated directly in O(L^2 D): an
+/// independent oracle for tests. Same contract as aib_scan_reference.
+at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                                const at::Tensor& mask, AIBDirection direction,
+                                AIBWeights weights);
+
+/// The op the layers call. Today it dispatches to the reference; the fused kernel (issue 3)
+/// plugs in here. Same contract as aib_scan_reference.
+at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
+
+}  // namespace seqmix::ops

@@ -1,0 +1,35 @@
+#pragma once
+/// @file checkpoint.h
+/// Checkpoints: one file holding the model weights, the optimizer state, the step, the CPU
+/// RNG state and the resolved configuration (TOML). Written to `<path>.tmp` and renamed over
+/// `path`, so an interrupted write never replaces a good checkpoint.
+#include <torch/optim/optimizer.h>
+
+#include <string>
+
+#include "seqmix/models/sequence_model.h"
+#include "seqmix/train/config.h"
+
+namespace seqmix::train {
+
+/// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
+///         any, is left as it was).
+void save_checkpoint(const std::string& path, models::SequenceModel& model,
+                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step);
+
+/// Reads only the configuration stored in a checkpoint.
+/// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint, or
+///         corrupt.
+RunConfig read_checkpoint_config(const std::string& path);
+
+/// Loads weights (and, if `optimizer` is given, the optimizer state and the RNG state) into a
+/// model built from read_checkpoint_config(path). Returns the step stored.
+/// @throws std::runtime_error naming the path and the mismatch.
+int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
+                        torch::optim::Optimizer* optimizer);
+
+/// Resolves "a run folder or a checkpoint file" to the checkpoint file.
+/// @throws std::runtime_error if neither exists.
+std::string find_checkpoint(const std::string& run_or_file);
+
+}  // namespace seqmix::train

@@ -1,0 +1,67 @@
+#pragma once
+/// @file config.h
+/// The resolved run configuration: model architecture, data and training hyper-parameters.
+///
+/// Resolution order (Marian-style: every run prints and saves the resolved result):
+///   1. the model preset (`model.preset`, `model.size`; see models/presets.h) and defaults;
+///   2. a TOML config file with sections [model], [data], [train];
+///   3. command-line overrides `section.key=value`.
+/// Unknown sections or keys, and values of the wrong type, are errors naming the key.
+#include <string>
+#include <vector>
+
+#include "seqmix/models/sequence_model.h"
+
+namespace seqmix::train {
+
+struct DataConfig {
+  std::string source = "sotu";       ///< corpus name or path (data/byte_corpus.h)
+  std::string dir = "data";          ///< folder filled by scripts/setup.sh
+  std::string eval_split = "valid";  ///< "valid" or "test" (enwik8/text8 only)
+};
+
+struct TrainConfig {
+  int64_t batch_size = 32;         ///< sequences per step
+  int64_t max_steps = 2000;        ///< optimizer steps
+  double lr = 2e-3;                ///< peak learning rate
+  double min_lr_ratio = 0.1;       ///< final lr = lr * min_lr_ratio
+  int64_t warmup_steps = 100;      ///< linear warm-up from 0
+  std::string schedule = "cosine"; ///< decay after warm-up: cosine | linear | constant
+  double weight_decay = 0.1;       ///< AdamW decoupled decay, on weight matrices only
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;          ///< max global gradient L2 norm (0 = off)
+  int64_t eval_interval = 250;     ///< steps between evaluations (0 = only at the end)
+  int64_t eval_max_bytes = 262144; ///< held-out bytes scored at periodic evaluations (0 = all);
+                                   ///< the final evaluation always scores the whole split
+  int64_t checkpoint_interval = 250;  ///< steps between checkpoints (0 = only at the end)
+  int64_t log_interval = 10;       ///< steps between training metrics lines
+  int64_t seed = 1337;             ///< model init, batch order, sampling
+  int64_t threads = 0;             ///< intra-op threads (0 = all hardware threads)
+};
+
+struct RunConfig {
+  models::ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+
+  /// The whole configuration as TOML (what --dump-config prints and checkpoints store).
+  std::string to_toml() const;
+  /// Parses a configuration written by to_toml (every key present).
+  /// @throws std::runtime_error naming `origin` and the bad key.
+  static RunConfig from_toml(const std::string& text, const std::string& origin);
+  /// @throws std::invalid_argument naming the first invalid key.
+  void validate() const;
+  /// Keys whose values differ, as "section.key: this vs other" (empty if equal).
+  std::vector<std::string> diff(const RunConfig& other) const;
+};
+
+/// Resolves a run configuration (see file comment).
+/// @param config_path  TOML file or empty.
+/// @param overrides    "section.key=value" strings; the value is parsed as TOML (so strings
+///                     may be given bare), e.g. "train.lr=1e-3", "model.mixers=['aib']".
+/// @throws std::runtime_error naming the file, key or override that is wrong.
+/// @param base         when given (resuming a run), the starting point instead of a preset.
+RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
+                         const RunConfig* base = nullptr);
+
+}  // namespace seqmix::train

@@ -1,0 +1,29 @@
+#pragma once
+/// @file metrics.h
+/// `metrics.jsonl`: one JSON object per line, flushed as written, so a killed run keeps every
+/// line it reported. Training lines carry "split": "train"; evaluation lines "split": "eval"
+/// with "bpc" (bits per character = mean next-byte negative log-likelihood in bits).
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+namespace seqmix::train {
+
+class MetricsWriter {
+ public:
+  /// @param append  keep existing lines (resuming a run) instead of starting a new file.
+  /// @throws std::runtime_error naming the path if it cannot be opened.
+  MetricsWriter(const std::string& path, bool append);
+  void write(const nlohmann::json& line);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+/// Reads every line of a metrics file. @throws std::runtime_error naming the line that is
+/// not JSON.
+std::vector<nlohmann::json> read_metrics(const std::string& path);
+
+}  // namespace seqmix::train

@@ -1,0 +1,41 @@
+#pragma once
+/// @file trainer.h
+/// Training loop for byte-level language models: AdamW (decoupled weight decay on weight
+/// matrices only), linear warm-up then cosine/linear decay, global-norm gradient clipping,
+/// periodic evaluation, metrics.jsonl, atomic checkpoints and exact resumption.
+///
+/// Run folder layout: config.toml (resolved configuration), metrics.jsonl, checkpoint.pt.
+#include <cstdint>
+#include <string>
+
+#include "seqmix/train/config.h"
+
+namespace seqmix::train {
+
+struct TrainOptions {
+  std::string out_dir;        ///< run folder (created if missing)
+  bool resume = false;        ///< continue from out_dir/checkpoint.pt
+  /// Testing aid: return right after the checkpoint written at this step, as if the process
+  /// had been killed there (-1 = never).
+  int64_t halt_after_step = -1;
+};
+
+struct TrainResult {
+  int64_t steps = 0;             ///< optimizer steps done in total
+  double final_train_loss = 0;   ///< mean training loss over the last log interval, nats
+  double eval_bpc = 0;           ///< held-out bits per character of the final evaluation
+  double eval_loss = 0;          ///< the same in nats
+  bool halted = false;           ///< stopped by halt_after_step
+};
+
+/// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count.
+/// Returns the count in effect.
+int64_t configure_threads(int64_t threads);
+
+/// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
+/// used, with `config`'s training section (max_steps, intervals, threads) taking over.
+/// @throws std::runtime_error with a message naming the file/key at fault (data missing,
+///         incompatible checkpoint, unwritable run folder, ...).
+TrainResult train(const RunConfig& config, const TrainOptions& options);
+
+}  // namespace seqmix::train

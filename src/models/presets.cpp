@@ -1,0 +1,64 @@
+#include "seqmix/models/presets.h"
+
+#include <stdexcept>
+
+namespace seqmix::models {
+
+namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+}  // namespace
+
+std::vector<std::string> family_names() {
+  return {"weird-net", "aib-net", "weird-net-a", "moss", "transformer"};
+}
+
+const std::vector<SizePreset>& size_presets() {
+  static const std::vector<SizePreset> sizes = {
+      {"tiny", 2, 64, 256, 2, 128, "seqmix (tests, smoke runs)"},
+      {"mini", 4, 128, 512, 4, 256, "seqmix (CPU demo)"},
+      {"base", 6, 256, 1024, 8, 512, "seqmix (CPU, hours)"},
+      {"small", 12, 768, 3072, 12, 1024, "weird-net Table VII (GPT-2 small)"},
+      {"medium", 24, 1024, 4096, 16, 1024, "weird-net Table VII (GPT-2 medium)"},
+      {"large", 36, 1280, 5120, 20, 1024, "weird-net Table VII (GPT-2 large)"},
+  };
+  return sizes;
+}
+
+ModelConfig make_model_config(const std::string& family, const std::string& size) {
+  ModelConfig c;
+  c.preset = family;
+  c.size = size;
+  if (family == "weird-net" || family == "aib-net") {
+    c.mixers = {"aib", "attention"};
+  } else if (family == "weird-net-a") {
+    c.mixers = {"aib"};
+  } else if (family == "moss") {
+    c.mixers = {"aib", "attention"};
+    c.activation = "leaky_relu";
+    c.aib_bias = true;
+  } else if (family == "transformer") {
+    c.mixers = {"attention"};
+  } else {
+    throw std::invalid_argument("unknown model preset '" + family + "' (expected one of: " +
+                                join(family_names()) + ")");
+  }
+  for (const auto& s : size_presets()) {
+    if (s.name != size) continue;
+    c.n_layers = s.n_layers;
+    c.d_model = s.d_model;
+    c.d_ff = s.d_ff;
+    c.n_heads = s.n_heads;
+    c.max_len = s.max_len;
+    return c;
+  }
+  std::vector<std::string> names;
+  for (const auto& s : size_presets()) names.push_back(s.name);
+  throw std::invalid_argument("unknown model size '" + size + "' (expected one of: " +
+                              join(names) + ")");
+}
+
+}  // namespace seqmix::models

@@ -1,0 +1,135 @@
+#include "seqmix/models/sequence_model.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/self_attention.h"
+
+namespace seqmix::models {
+
+void ModelConfig::validate() const {
+  auto fail = [](const std::string& key, const std::string& what) {
+    throw std::invalid_argument("model." + key + ": " + what);
+  };
+  if (vocab_size < 1) fail("vocab_size", "must be >= 1");
+  if (d_model < 2) fail("d_model", "must be >= 2");
+  if (n_layers < 1) fail("n_layers", "must be >= 1");
+  if (d_ff < 1) fail("d_ff", "must be >= 1");
+  if (max_len < 1) fail("max_len", "must be >= 1");
+  if (dropout < 0 || dropout >= 1) fail("dropout", "must be in [0, 1)");
+  if (mixers.empty()) fail("mixers", "must name at least one mixer");
+  for (const auto& m : mixers) {
+    if (m == "attention") {
+      if (n_heads < 1 || d_model % n_heads != 0)
+        fail("n_heads", "must divide d_model (" + std::to_string(d_model) + "), got " +
+                            std::to_string(n_heads));
+    } else if (m == "aib") {
+      if (!causal && d_model % 2 != 0) fail("d_model", "must be even for the AIB encoder");
+    } else {
+      fail("mixers", "unknown mixer '" + m + "' (expected aib or attention)");
+    }
+  }
+  nn::parse_activation(activation);  // throws with the offending name
+  ops::parse_aib_weights(aib_weights);
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t D = d_model;
+  int64_t n = vocab_size * D + max_len * D;  // embeddings
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string& m = mixers[static_cast<size_t>(i) % mixers.size()];
+    if (m == "aib")
+      n += 3 * D * D + D + (aib_bias ? 2 * D : 0) +
+           (aib_weights == "ones" ? 0 : ops::aib_num_levels(max_len) * D);
+    else
+      n += 4 * D * D + 4 * D;
+    n += 2 * D * d_ff + d_ff + D;  // FFN
+    n += 4 * D;                    // two LayerNorms
+  }
+  n += 2 * D;                                // final norm
+  if (!tie_embeddings) n += D * vocab_size;  // head (no bias)
+  return n;
+}
+
+SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(config)) {
+  config_.validate();
+  const int64_t D = config_.d_model;
+  tok_emb = register_module("tok_emb", torch::nn::Embedding(config_.vocab_size, D));
+  pos_emb = register_parameter("pos_emb", torch::empty({config_.max_len, D}));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  const auto act = nn::parse_activation(config_.activation);
+  const auto weights = ops::parse_aib_weights(config_.aib_weights);
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    const std::string& kind = config_.mixers[static_cast<size_t>(i) % config_.mixers.size()];
+    std::shared_ptr<nn::MixerImpl> mixer;
+    if (kind == "aib") {
+      mixer = std::make_shared<nn::AIBAttentionImpl>(nn::AIBAttentionOptions(D, config_.max_len)
+                                                         .causal(config_.causal)
+                                                         .weights(weights)
+                                                         .bias_av(config_.aib_bias)
+                                                         .n_layers(config_.n_layers));
+    } else {
+      mixer = std::make_shared<nn::SelfAttentionImpl>(nn::SelfAttentionOptions(D, config_.n_heads)
+                                                          .causal(config_.causal)
+                                                          .dropout(config_.dropout)
+                                                          .n_layers(config_.n_layers));
+    }
+    blocks->push_back(nn::Block(mixer,
+                                nn::FeedForwardOptions(D, config_.d_ff)
+                                    .activation(act)
+                                    .dropout(config_.dropout)
+                                    .n_layers(config_.n_layers),
+                                config_.pre_norm, config_.dropout));
+  }
+  norm_f = register_module("norm_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  if (!config_.tie_embeddings)
+    head = register_module("head",
+                           torch::nn::Linear(torch::nn::LinearOptions(D, config_.vocab_size).bias(false)));
+  torch::NoGradGuard no_grad;
+  const double std = 1.0 / std::sqrt(static_cast<double>(D));
+  tok_emb->weight.normal_(0.0, std);
+  pos_emb.normal_(0.0, std);
+  if (head) head->weight.normal_(0.0, std);
+}
+
+at::Tensor SequenceModelImpl::hidden(const at::Tensor& tokens, const at::Tensor& mask) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+              "SequenceModel: tokens must be int64 [B, L], got ", tokens.scalar_type(), " ",
+              tokens.sizes());
+  const int64_t L = tokens.size(1);
+  TORCH_CHECK(L <= config_.max_len, "SequenceModel: sequence length ", L, " exceeds max_len ",
+              config_.max_len);
+  at::Tensor x = tok_emb(tokens) + pos_emb.narrow(0, 0, L);
+  if (config_.dropout > 0 && is_training()) x = at::dropout(x, config_.dropout, true);
+  for (const auto& m : *blocks) x = m->as<nn::BlockImpl>()->forward(x, mask);
+  return norm_f(x);
+}
+
+at::Tensor SequenceModelImpl::logits(const at::Tensor& h) {
+  return config_.tie_embeddings ? at::matmul(h, tok_emb->weight.t()) : head(h);
+}
+
+at::Tensor SequenceModelImpl::forward(const at::Tensor& tokens, const at::Tensor& mask) {
+  return logits(hidden(tokens, mask));
+}
+
+std::vector<nn::MixerState> SequenceModelImpl::init_state(int64_t batch) const {
+  std::vector<nn::MixerState> states;
+  for (const auto& m : *blocks) states.push_back(m->as<nn::BlockImpl>()->mixer->init_state(batch));
+  return states;
+}
+
+at::Tensor SequenceModelImpl::step(const at::Tensor& token, std::vector<nn::MixerState>& states) {
+  TORCH_CHECK(states.size() == blocks->size(), "SequenceModel::step: expected ", blocks->size(),
+              " states, got ", states.size());
+  const int64_t pos = states.empty() ? 0 : states[0].pos;
+  TORCH_CHECK(pos < config_.max_len, "SequenceModel::step: position ", pos, " reaches max_len ",
+              config_.max_len);
+  at::Tensor x = tok_emb(token) + pos_emb[pos];
+  size_t i = 0;
+  for (const auto& m : *blocks) x = m->as<nn::BlockImpl>()->step(x, states[i++]);
+  return logits(norm_f(x));
+}
+
+}  // namespace seqmix::models

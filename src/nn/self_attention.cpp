@@ -1,0 +1,93 @@
+#include "seqmix/nn/self_attention.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace seqmix::nn {
+
+SelfAttentionImpl::SelfAttentionImpl(SelfAttentionOptions options_)
+    : MixerImpl("SelfAttention"), options(std::move(options_)) {
+  reset();
+}
+
+void SelfAttentionImpl::reset() {
+  const int64_t D = options.d_model(), H = options.n_heads();
+  TORCH_CHECK(H > 0 && D % H == 0, "SelfAttention: n_heads (", H, ") must divide d_model (", D,
+              ")");
+  qkv = register_module("qkv", torch::nn::Linear(D, 3 * D));
+  out = register_module("out", torch::nn::Linear(D, D));
+  reset_parameters();
+}
+
+void SelfAttentionImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double D = static_cast<double>(options.d_model());
+  const double N = static_cast<double>(options.n_layers());
+  qkv->weight.normal_(0.0, 1.0 / std::sqrt(D));
+  qkv->bias.zero_();
+  out->weight.normal_(0.0, std::sqrt(std::max(1.0 - 2.0 / D, 1e-3) / (2.0 * N * D)));
+  out->bias.zero_();
+}
+
+void SelfAttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "seqmix::nn::SelfAttention(d_model=" << options.d_model()
+         << ", n_heads=" << options.n_heads() << ", causal=" << options.causal() << ")";
+}
+
+at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
+  const int64_t D = options.d_model(), H = options.n_heads(), dh = D / H;
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == D, "SelfAttention: x must be [B, L, ", D, "], got ",
+              x.sizes());
+  const int64_t B = x.size(0), L = x.size(1);
+  auto parts = qkv(x).view({B, L, 3, H, dh}).permute({2, 0, 3, 1, 4});  // [3, B, H, L, dh]
+  at::Tensor q = parts[0], k = parts[1], v = parts[2];
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+  at::Tensor allowed;  // [B or 1, 1, L, L] true where query i may see key j
+  if (options.causal())
+    allowed = at::ones({L, L}, x.options().dtype(at::kBool)).tril().view({1, 1, L, L});
+  if (mask.defined()) {
+    TORCH_CHECK(mask.scalar_type() == at::kBool && mask.dim() == 2 && mask.size(0) == B &&
+                    mask.size(1) == L,
+                "SelfAttention: mask must be bool [", B, ", ", L, "], got ", mask.sizes());
+    at::Tensor keys = mask.view({B, 1, 1, L});
+    allowed = allowed.defined() ? allowed.logical_and(keys) : keys;
+  }
+  // A large finite fill rather than -inf: a row with no allowed key then softmaxes to a
+  // uniform (finite) row instead of NaN, and its output is zeroed below if it is padding.
+  if (allowed.defined()) scores = scores.masked_fill(allowed.logical_not(), -1e30);
+  at::Tensor probs = at::softmax(scores, -1);
+  if (options.dropout() > 0 && is_training()) probs = at::dropout(probs, options.dropout(), true);
+  at::Tensor y = at::matmul(probs, v).transpose(1, 2).reshape({B, L, D});
+  y = out(y);
+  if (mask.defined()) y = y.masked_fill(mask.logical_not().unsqueeze(-1), 0);
+  return y;
+}
+
+MixerState SelfAttentionImpl::init_state(int64_t batch) const {
+  if (!options.causal())
+    throw std::logic_error("SelfAttention: a bidirectional layer cannot decode incrementally");
+  const int64_t H = options.n_heads(), dh = options.d_model() / H;
+  const auto opts = qkv->weight.options().requires_grad(false);
+  MixerState s;
+  s.tensors = {torch::empty({batch, H, 0, dh}, opts), torch::empty({batch, H, 0, dh}, opts)};
+  return s;
+}
+
+at::Tensor SelfAttentionImpl::step(const at::Tensor& x_t, MixerState& state) {
+  const int64_t D = options.d_model(), H = options.n_heads(), dh = D / H;
+  TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == D, "SelfAttention::step: x_t must be [B, ", D,
+              "], got ", x_t.sizes());
+  TORCH_CHECK(state.tensors.size() == 2, "SelfAttention::step: state was not made by init_state");
+  const int64_t B = x_t.size(0);
+  auto parts = qkv(x_t).view({B, 3, H, 1, dh});
+  at::Tensor q = parts.select(1, 0);                              // [B, H, 1, dh]
+  state.tensors[0] = at::cat({state.tensors[0], parts.select(1, 1)}, 2);  // [B, H, t, dh]
+  state.tensors[1] = at::cat({state.tensors[1], parts.select(1, 2)}, 2);
+  at::Tensor scores =
+      at::matmul(q, state.tensors[0].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+  at::Tensor y = at::matmul(at::softmax(scores, -1), state.tensors[1]);  // [B, H, 1, dh]
+  ++state.pos;
+  return out(y.reshape({B, D}));
+}
+
+}  // namespace seqmix::nn

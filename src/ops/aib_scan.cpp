@@ -1,0 +1,210 @@
+#include "seqmix/ops/aib_scan.h"
+
+#include <stdexcept>
+
+namespace seqmix::ops {
+
+AIBWeights parse_aib_weights(const std::string& name) {
+  if (name == "prefix_exp") return AIBWeights::prefix_exp;
+  if (name == "exp") return AIBWeights::exp;
+  if (name == "ones") return AIBWeights::ones;
+  throw std::invalid_argument("unknown AIB weighting '" + name +
+                              "' (expected prefix_exp, exp or ones)");
+}
+
+std::string to_string(AIBWeights w) {
+  switch (w) {
+    case AIBWeights::prefix_exp: return "prefix_exp";
+    case AIBWeights::exp: return "exp";
+    case AIBWeights::ones: return "ones";
+  }
+  return "?";
+}
+
+int64_t aib_num_levels(int64_t max_len) {
+  int64_t k = 0;
+  while ((int64_t{1} << k) < max_len) ++k;
+  return k < 1 ? 1 : k;
+}
+
+at::Tensor aib_level_weights(const at::Tensor& w, AIBWeights kind) {
+  switch (kind) {
+    case AIBWeights::prefix_exp: return at::exp(at::cumsum(w, 0));
+    case AIBWeights::exp: return at::exp(w);
+    case AIBWeights::ones: return at::ones_like(w);
+  }
+  return w;
+}
+
+at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n) {
+  TORCH_CHECK(level_weights.dim() == 2, "aib_lag_weights: level_weights must be [K, D], got ",
+              level_weights.sizes());
+  const int64_t K = level_weights.size(0);
+  TORCH_CHECK(n <= (int64_t{1} << K), "aib_lag_weights: ", K, " levels cover distances below ",
+              (int64_t{1} << K), ", asked for ", n);
+  // a_d = a_{d without its lowest bit} * W_{index of that bit}: one multiply per distance.
+  std::vector<at::Tensor> a;
+  a.reserve(static_cast<size_t>(n));
+  if (n > 0) a.push_back(at::ones_like(level_weights[0]));
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t low = d & (-d);
+    const int64_t bit = __builtin_ctzll(static_cast<unsigned long long>(low));
+    a.push_back(a[static_cast<size_t>(d - low)] * level_weights[bit]);
+  }
+  if (a.empty()) return at::empty({0, level_weights.size(1)}, level_weights.options());
+  return at::stack(a, 0);
+}
+
+namespace {
+
+struct Prepared {
+  at::Tensor e;      // [B, L, D] exp(A - max), 0 at padded positions
+  at::Tensor ev;     // [B, L, D] E * V
+  at::Tensor valid;  // [B, L, 1] bool, or undefined
+};
+
+void check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                  const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+  TORCH_CHECK(a.dim() == 3, fn, ": A must be [B, L, D], got ", a.sizes());
+  TORCH_CHECK(v.sizes() == a.sizes(), fn, ": V must match A ", a.sizes(), ", got ", v.sizes());
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, fn,
+              ": A must be float32 or float64, got ", a.scalar_type());
+  TORCH_CHECK(v.scalar_type() == a.scalar_type(), fn, ": V dtype ", v.scalar_type(),
+              " differs from A dtype ", a.scalar_type());
+  const int64_t L = a.size(1), D = a.size(2);
+  if (weights != AIBWeights::ones || w.defined()) {
+    TORCH_CHECK(w.defined() && w.dim() == 2 && w.size(1) == D, fn, ": w must be [K, ", D,
+                "], got ", w.defined() ? w.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(w.scalar_type() == a.scalar_type(), fn, ": w dtype ", w.scalar_type(),
+                " differs from A dtype ", a.scalar_type());
+    TORCH_CHECK((int64_t{1} << w.size(0)) >= L, fn, ": w has ", w.size(0),
+                " levels, which cover sequences up to ", (int64_t{1} << w.size(0)),
+                " but L = ", L, " (raise max_len)");
+  }
+  if (direction == AIBDirection::bidirectional)
+    TORCH_CHECK(D % 2 == 0, fn, ": the bidirectional form splits channels in halves; D = ", D,
+                " is odd");
+  if (mask.defined()) {
+    TORCH_CHECK(mask.scalar_type() == at::kBool, fn, ": mask must be bool, got ",
+                mask.scalar_type());
+    TORCH_CHECK(mask.dim() == 2 && mask.size(0) == a.size(0) && mask.size(1) == L, fn,
+                ": mask must be [B, L] = [", a.size(0), ", ", L, "], got ", mask.sizes());
+  }
+}
+
+Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mask) {
+  Prepared p;
+  at::Tensor a_m = a, v_m = v;
+  if (mask.defined()) {
+    p.valid = mask.unsqueeze(-1);
+    a_m = a.masked_fill(p.valid.logical_not(), -std::numeric_limits<double>::infinity());
+    v_m = v.masked_fill(p.valid.logical_not(), 0);
+  }
+  // Any per-(batch, channel) constant cancels in H / U; the maximum keeps exp <= 1.
+  at::Tensor m = std::get<0>(a_m.max(1, /*keepdim=*/true)).detach();
+  m = at::where(at::isfinite(m), m, at::zeros_like(m));
+  p.e = at::exp(a_m - m);
+  p.ev = p.e * v_m;
+  return p;
+}
+
+at::Tensor finish(const at::Tensor& h, const at::Tensor& u, const at::Tensor& valid) {
+  // Where U == 0 nothing valid is in the window: output 0, and keep the division away from
+  // 0/0 so that no NaN reaches the gradient either.
+  at::Tensor nonzero = u > 0;
+  at::Tensor o = at::where(nonzero, h / at::where(nonzero, u, at::ones_like(u)), at::zeros_like(h));
+  if (valid.defined()) o = o.masked_fill(valid.logical_not(), 0);
+  return o;
+}
+
+// One level of the literal scan: x[s:] += x[:-s] * W (prefix) or x[:-s] += x[s:] * W (suffix),
+// written out of place so autograd can see it.
+at::Tensor shift_add(const at::Tensor& x, const at::Tensor& wj, int64_t s, bool suffix) {
+  const int64_t L = x.size(1);
+  if (!suffix)
+    return x + at::constant_pad_nd(x.narrow(1, 0, L - s) * wj, {0, 0, s, 0});
+  return x + at::constant_pad_nd(x.narrow(1, s, L - s) * wj, {0, 0, 0, s});
+}
+
+}  // namespace
+
+at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                              const at::Tensor& mask, AIBDirection direction,
+                              AIBWeights weights) {
+  check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
+  const int64_t L = a.size(1), D = a.size(2);
+  Prepared p = prepare(a, v, mask);
+  at::Tensor H = p.ev, U = p.e;
+  if (L == 0) return finish(H, U, p.valid);
+  const at::Tensor W = weights == AIBWeights::ones && !w.defined()
+                           ? at::ones({1, D}, a.options())
+                           : aib_level_weights(w, weights);
+  const int64_t levels = aib_num_levels(L) * (L > 1 ? 1 : 0);
+  auto level_w = [&](int64_t j) {
+    return weights == AIBWeights::ones ? W[0] : W[j];
+  };
+  if (direction == AIBDirection::causal) {
+    for (int64_t j = 0; j < levels; ++j) {
+      const int64_t s = int64_t{1} << j;
+      H = shift_add(H, level_w(j), s, false);
+      U = shift_add(U, level_w(j), s, false);
+    }
+    return finish(H, U, p.valid);
+  }
+  const int64_t half = D / 2;
+  at::Tensor Hf = H.narrow(2, 0, half), Hb = H.narrow(2, half, half);
+  at::Tensor Uf = U.narrow(2, 0, half), Ub = U.narrow(2, half, half);
+  for (int64_t j = 0; j < levels; ++j) {
+    const int64_t s = int64_t{1} << j;
+    const at::Tensor wj = level_w(j);
+    Hf = shift_add(Hf, wj.narrow(0, 0, half), s, false);
+    Uf = shift_add(Uf, wj.narrow(0, 0, half), s, false);
+    Hb = shift_add(Hb, wj.narrow(0, half, half), s, true);
+    Ub = shift_add(Ub, wj.narrow(0, half, half), s, true);
+  }
+  return finish(at::cat({Hf, Hb}, 2), at::cat({Uf, Ub}, 2), p.valid);
+}
+
+at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                                const at::Tensor& mask, AIBDirection direction,
+                                AIBWeights weights) {
+  check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
+  const int64_t L = a.size(1), D = a.size(2);
+  Prepared p = prepare(a, v, mask);
+  const at::Tensor Wl = weights == AIBWeights::ones && !w.defined()
+                            ? at::ones({aib_num_levels(L), D}, a.options())
+                            : aib_level_weights(w, weights);
+  const at::Tensor lag = aib_lag_weights(Wl, L);  // [L, D]
+  // Weight matrix M[i, j, c] = a_{i-j}[c] for j <= i (causal), a_{j-i}[c] for j >= i (suffix).
+  at::Tensor idx = at::arange(L, a.options().dtype(at::kLong));
+  at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);  // [L, L] i - j
+  auto weight_matrix = [&](const at::Tensor& lag_c, bool suffix) {
+    at::Tensor d = suffix ? -dist : dist;
+    at::Tensor ok = d >= 0;
+    at::Tensor g = lag_c.index({d.clamp_min(0)});  // [L, L, C]
+    return g * ok.unsqueeze(-1).to(g.scalar_type());
+  };
+  auto apply = [&](const at::Tensor& M, const at::Tensor& x) {  // x [B, L, C]
+    return at::einsum("ijc,bjc->bic", {M, x});
+  };
+  at::Tensor H, U;
+  if (direction == AIBDirection::causal) {
+    at::Tensor M = weight_matrix(lag, false);
+    H = apply(M, p.ev);
+    U = apply(M, p.e);
+  } else {
+    const int64_t half = D / 2;
+    at::Tensor Mf = weight_matrix(lag.narrow(1, 0, half), false);
+    at::Tensor Mb = weight_matrix(lag.narrow(1, half, half), true);
+    H = at::cat({apply(Mf, p.ev.narrow(2, 0, half)), apply(Mb, p.ev.narrow(2, half, half))}, 2);
+    U = at::cat({apply(Mf, p.e.narrow(2, 0, half)), apply(Mb, p.e.narrow(2, half, half))}, 2);
+  }
+  return finish(H, U, p.valid);
+}
+
+at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+  return aib_scan_reference(a, v, w, mask, direction, weights);
+}
+
+}  // namespace seqmix::ops

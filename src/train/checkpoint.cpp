@@ -1,0 +1,136 @@
+#include "seqmix/train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/serialize/archive.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+namespace seqmix::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kFormat = "seqmix-checkpoint-1";
+
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+torch::serialize::InputArchive open_archive(const std::string& path) {
+  if (!fs::is_regular_file(path))
+    throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  torch::serialize::InputArchive ar;
+  try {
+    ar.load_from(path);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" +
+                             first_line(e.what_without_backtrace()) + ")");
+  }
+  c10::IValue format;
+  if (!ar.try_read("format", format) || !format.isString() || format.toStringRef() != kFormat)
+    throw std::runtime_error("checkpoint '" + path + "' is not a " + kFormat + " file");
+  return ar;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, models::SequenceModel& model,
+                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step) {
+  torch::serialize::OutputArchive ar;
+  ar.write("format", c10::IValue(std::string(kFormat)));
+  ar.write("config", c10::IValue(config.to_toml()));
+  ar.write("step", c10::IValue(step));
+  torch::serialize::OutputArchive model_ar;
+  model->save(model_ar);
+  ar.write("model", model_ar);
+  if (optimizer) {
+    torch::serialize::OutputArchive opt_ar;
+    optimizer->save(opt_ar);
+    ar.write("optimizer", opt_ar);
+    ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+  }
+  const std::string tmp = path + ".tmp";
+  try {
+    const fs::path dir = fs::path(path).parent_path();
+    if (!dir.empty()) fs::create_directories(dir);
+    ar.save_to(tmp);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write checkpoint '" + tmp + "': " + first_line(e.what()) +
+                             " (the previous checkpoint, if any, is intact)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message() +
+                             " (the previous checkpoint, if any, is intact)");
+  }
+}
+
+RunConfig read_checkpoint_config(const std::string& path) {
+  auto ar = open_archive(path);
+  c10::IValue cfg;
+  if (!ar.try_read("config", cfg) || !cfg.isString())
+    throw std::runtime_error("checkpoint '" + path + "' holds no configuration");
+  try {
+    return RunConfig::from_toml(cfg.toStringRef(), "configuration in checkpoint '" + path + "'");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("checkpoint '" + path + "' holds an invalid configuration: " +
+                             e.what());
+  }
+}
+
+int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
+                        torch::optim::Optimizer* optimizer) {
+  auto ar = open_archive(path);
+  c10::IValue step;
+  if (!ar.try_read("step", step) || !step.isInt())
+    throw std::runtime_error("checkpoint '" + path + "' holds no step");
+  try {
+    torch::serialize::InputArchive model_ar;
+    ar.read("model", model_ar);
+    // Shapes must match exactly: a silent resize would hide an incompatible checkpoint.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      at::Tensor t;
+      model_ar.read(p.key(), t);
+      if (t.sizes() != p.value().sizes())
+        throw std::runtime_error("parameter '" + p.key() + "' has shape " +
+                                 c10::str(t.sizes()) + " in the checkpoint but " +
+                                 c10::str(p.value().sizes()) + " in the model");
+      p.value().copy_(t);
+    }
+    if (optimizer) {
+      torch::serialize::InputArchive opt_ar;
+      ar.read("optimizer", opt_ar);
+      optimizer->load(opt_ar);
+      at::Tensor rng;
+      ar.read("rng", rng);
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(rng);
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint '" + path + "' does not fit this model (" +
+                             first_line(e.what_without_backtrace()) + ")");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("checkpoint '" + path + "' does not fit this model: " + e.what());
+  }
+  return step.toInt();
+}
+
+std::string find_checkpoint(const std::string& run_or_file) {
+  if (fs::is_directory(run_or_file)) {
+    const fs::path p = fs::path(run_or_file) / "checkpoint.pt";
+    if (!fs::is_regular_file(p))
+      throw std::runtime_error("run folder '" + run_or_file + "' has no checkpoint.pt");
+    return p.string();
+  }
+  if (!fs::is_regular_file(run_or_file))
+    throw std::runtime_error("'" + run_or_file + "' is neither a run folder nor a checkpoint file");
+  return run_or_file;
+}
+
+}  // namespace seqmix::train

@@ -1,0 +1,288 @@
+#include "seqmix/train/config.h"
+
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <sstream>
+#include <tuple>
+#include <stdexcept>
+
+#include "seqmix/models/presets.h"
+
+namespace seqmix::train {
+
+namespace {
+
+toml::table to_table(const RunConfig& c) {
+  const auto& m = c.model;
+  toml::array mixers;
+  for (const auto& s : m.mixers) mixers.push_back(s);
+  toml::table model{{"preset", m.preset},         {"size", m.size},
+                    {"vocab_size", m.vocab_size}, {"d_model", m.d_model},
+                    {"n_layers", m.n_layers},     {"n_heads", m.n_heads},
+                    {"d_ff", m.d_ff},             {"max_len", m.max_len},
+                    {"mixers", mixers},           {"causal", m.causal},
+                    {"activation", m.activation}, {"aib_weights", m.aib_weights},
+                    {"aib_bias", m.aib_bias},     {"pre_norm", m.pre_norm},
+                    {"dropout", m.dropout},       {"tie_embeddings", m.tie_embeddings}};
+  const auto& d = c.data;
+  toml::table data{{"source", d.source}, {"dir", d.dir}, {"eval_split", d.eval_split}};
+  const auto& t = c.train;
+  toml::table train{{"batch_size", t.batch_size},
+                    {"max_steps", t.max_steps},
+                    {"lr", t.lr},
+                    {"min_lr_ratio", t.min_lr_ratio},
+                    {"warmup_steps", t.warmup_steps},
+                    {"schedule", t.schedule},
+                    {"weight_decay", t.weight_decay},
+                    {"beta1", t.beta1},
+                    {"beta2", t.beta2},
+                    {"eps", t.eps},
+                    {"grad_clip", t.grad_clip},
+                    {"eval_interval", t.eval_interval},
+                    {"eval_max_bytes", t.eval_max_bytes},
+                    {"checkpoint_interval", t.checkpoint_interval},
+                    {"log_interval", t.log_interval},
+                    {"seed", t.seed},
+                    {"threads", t.threads}};
+  return toml::table{{"model", model}, {"data", data}, {"train", train}};
+}
+
+std::string type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "true or false";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a value";
+  }
+}
+
+std::string known_keys(const toml::table& t) {
+  std::string s;
+  for (const auto& [k, v] : t) s += (s.empty() ? "" : ", ") + std::string(k.str());
+  return s;
+}
+
+// Sets base[section][key] = value after checking that the key exists and the type matches
+// (an integer is accepted where a number is expected).
+void assign(toml::table& base, const std::string& section, const std::string& key,
+            const toml::node& value, const std::string& origin) {
+  toml::table* sec = base[section].as_table();
+  if (!sec)
+    throw std::runtime_error(origin + ": unknown section '" + section + "' (expected " +
+                             known_keys(base) + ")");
+  toml::node* old = sec->get(key);
+  if (!old)
+    throw std::runtime_error(origin + ": unknown key '" + section + "." + key + "' (known: " +
+                             known_keys(*sec) + ")");
+  const auto want = old->type(), got = value.type();
+  if (want == toml::node_type::floating_point && got == toml::node_type::integer) {
+    sec->insert_or_assign(key, static_cast<double>(*value.value<int64_t>()));
+    return;
+  }
+  if (want != got)
+    throw std::runtime_error(origin + ": '" + section + "." + key + "' must be " +
+                             type_name(want) + ", got " + type_name(got));
+  if (want == toml::node_type::array) {
+    for (const auto& el : *value.as_array())
+      if (!el.is_string())
+        throw std::runtime_error(origin + ": '" + section + "." + key +
+                                 "' must be an array of strings");
+  }
+  sec->insert_or_assign(key, value);
+}
+
+void merge_file(toml::table& base, const toml::table& file, const std::string& origin) {
+  for (const auto& [sk, sv] : file) {
+    const std::string section(sk.str());
+    const toml::table* st = sv.as_table();
+    if (!st)
+      throw std::runtime_error(origin + ": '" + section +
+                               "' must be a table such as [model], [data] or [train]");
+    for (const auto& [k, v] : *st) assign(base, section, std::string(k.str()), v, origin);
+  }
+}
+
+template <typename T>
+T get(const toml::table& t, const char* section, const char* key, const std::string& origin) {
+  auto v = t[section][key].value<T>();
+  if (!v)
+    throw std::runtime_error(origin + ": missing or mistyped key '" + std::string(section) + "." +
+                             key + "'");
+  return *v;
+}
+
+RunConfig from_table(const toml::table& t, const std::string& origin) {
+  RunConfig c;
+  auto& m = c.model;
+  m.preset = get<std::string>(t, "model", "preset", origin);
+  m.size = get<std::string>(t, "model", "size", origin);
+  m.vocab_size = get<int64_t>(t, "model", "vocab_size", origin);
+  m.d_model = get<int64_t>(t, "model", "d_model", origin);
+  m.n_layers = get<int64_t>(t, "model", "n_layers", origin);
+  m.n_heads = get<int64_t>(t, "model", "n_heads", origin);
+  m.d_ff = get<int64_t>(t, "model", "d_ff", origin);
+  m.max_len = get<int64_t>(t, "model", "max_len", origin);
+  m.mixers.clear();
+  if (const toml::array* arr = t["model"]["mixers"].as_array())
+    for (const auto& el : *arr) m.mixers.push_back(el.value_or(std::string()));
+  m.causal = get<bool>(t, "model", "causal", origin);
+  m.activation = get<std::string>(t, "model", "activation", origin);
+  m.aib_weights = get<std::string>(t, "model", "aib_weights", origin);
+  m.aib_bias = get<bool>(t, "model", "aib_bias", origin);
+  m.pre_norm = get<bool>(t, "model", "pre_norm", origin);
+  m.dropout = get<double>(t, "model", "dropout", origin);
+  m.tie_embeddings = get<bool>(t, "model", "tie_embeddings", origin);
+  c.data.source = get<std::string>(t, "data", "source", origin);
+  c.data.dir = get<std::string>(t, "data", "dir", origin);
+  c.data.eval_split = get<std::string>(t, "data", "eval_split", origin);
+  auto& r = c.train;
+  r.batch_size = get<int64_t>(t, "train", "batch_size", origin);
+  r.max_steps = get<int64_t>(t, "train", "max_steps", origin);
+  r.lr = get<double>(t, "train", "lr", origin);
+  r.min_lr_ratio = get<double>(t, "train", "min_lr_ratio", origin);
+  r.warmup_steps = get<int64_t>(t, "train", "warmup_steps", origin);
+  r.schedule = get<std::string>(t, "train", "schedule", origin);
+  r.weight_decay = get<double>(t, "train", "weight_decay", origin);
+  r.beta1 = get<double>(t, "train", "beta1", origin);
+  r.beta2 = get<double>(t, "train", "beta2", origin);
+  r.eps = get<double>(t, "train", "eps", origin);
+  r.grad_clip = get<double>(t, "train", "grad_clip", origin);
+  r.eval_interval = get<int64_t>(t, "train", "eval_interval", origin);
+  r.eval_max_bytes = get<int64_t>(t, "train", "eval_max_bytes", origin);
+  r.checkpoint_interval = get<int64_t>(t, "train", "checkpoint_interval", origin);
+  r.log_interval = get<int64_t>(t, "train", "log_interval", origin);
+  r.seed = get<int64_t>(t, "train", "seed", origin);
+  r.threads = get<int64_t>(t, "train", "threads", origin);
+  return c;
+}
+
+toml::table parse_toml(const std::string& text, const std::string& origin) {
+  try {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream ss;
+    ss << origin << ": not valid TOML at line " << e.source().begin.line << ": " << e.description();
+    throw std::runtime_error(ss.str());
+  }
+}
+
+}  // namespace
+
+std::string RunConfig::to_toml() const {
+  std::ostringstream ss;
+  ss << to_table(*this) << "\n";
+  return ss.str();
+}
+
+RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
+  RunConfig c = from_table(parse_toml(text, origin), origin);
+  c.validate();
+  return c;
+}
+
+std::vector<std::string> RunConfig::diff(const RunConfig& other) const {
+  const toml::table a = to_table(*this), b = to_table(other);
+  std::vector<std::string> out;
+  for (const auto& [sk, sv] : a) {
+    for (const auto& [k, v] : *sv.as_table()) {
+      const toml::node* w = b[sk][k].node();
+      std::ostringstream x, y;
+      v.visit([&](auto&& n) { x << n; });
+      if (w) w->visit([&](auto&& n) { y << n; });
+      if (w && x.str() == y.str()) continue;
+      out.push_back(std::string(sk.str()) + "." + std::string(k.str()) + ": " + x.str() +
+                    (w ? " vs " + y.str() : std::string()));
+    }
+  }
+  return out;
+}
+
+void RunConfig::validate() const {
+  model.validate();
+  auto fail = [](const std::string& key, const std::string& what) {
+    throw std::invalid_argument("train." + key + ": " + what);
+  };
+  const auto& t = train;
+  if (t.batch_size < 1) fail("batch_size", "must be >= 1");
+  if (t.max_steps < 0) fail("max_steps", "must be >= 0");
+  if (!(t.lr > 0)) fail("lr", "must be > 0");
+  if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1) fail("min_lr_ratio", "must be in [0, 1]");
+  if (t.warmup_steps < 0) fail("warmup_steps", "must be >= 0");
+  if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
+    fail("schedule", "must be cosine, linear or constant, got '" + t.schedule + "'");
+  if (t.weight_decay < 0) fail("weight_decay", "must be >= 0");
+  if (t.beta1 < 0 || t.beta1 >= 1) fail("beta1", "must be in [0, 1)");
+  if (t.beta2 < 0 || t.beta2 >= 1) fail("beta2", "must be in [0, 1)");
+  if (!(t.eps > 0)) fail("eps", "must be > 0");
+  if (t.grad_clip < 0) fail("grad_clip", "must be >= 0");
+  if (t.eval_interval < 0) fail("eval_interval", "must be >= 0");
+  if (t.eval_max_bytes < 0) fail("eval_max_bytes", "must be >= 0");
+  if (t.checkpoint_interval < 0) fail("checkpoint_interval", "must be >= 0");
+  if (t.log_interval < 1) fail("log_interval", "must be >= 1");
+  if (t.seed < 0) fail("seed", "must be >= 0");
+  if (t.threads < 0) fail("threads", "must be >= 0");
+  if (data.eval_split != "valid" && data.eval_split != "test")
+    throw std::invalid_argument("data.eval_split: must be valid or test, got '" +
+                                data.eval_split + "'");
+}
+
+RunConfig resolve_config(const std::string& config_path,
+                         const std::vector<std::string>& overrides, const RunConfig* base_in) {
+  toml::table file;
+  if (!config_path.empty()) {
+    std::ifstream in(config_path);
+    if (!in) throw std::runtime_error("config file '" + config_path + "' cannot be opened");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    file = parse_toml(ss.str(), "config file '" + config_path + "'");
+  }
+  // Parse the overrides first: the preset they name decides the base configuration.
+  std::vector<std::tuple<std::string, std::string, toml::table, std::string>> parsed;
+  std::string family = file["model"]["preset"].value_or(std::string("weird-net"));
+  std::string size = file["model"]["size"].value_or(std::string("mini"));
+  for (const auto& o : overrides) {
+    const std::string origin = "override '" + o + "'";
+    const auto eq = o.find('=');
+    const auto dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      throw std::runtime_error(origin + ": expected section.key=value");
+    const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    const std::string value = o.substr(eq + 1);
+    toml::table v;
+    try {
+      v = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      v = toml::table{{"v", value}};  // a bare word is a string
+    }
+    if (section == "model" && key == "preset") family = v["v"].value_or(value);
+    if (section == "model" && key == "size") size = v["v"].value_or(value);
+    parsed.emplace_back(section, key, std::move(v), origin);
+  }
+  RunConfig base;
+  if (base_in) {
+    base = *base_in;
+  } else {
+    try {
+      base.model = models::make_model_config(family, size);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
+  toml::table t = to_table(base);
+  if (!config_path.empty()) merge_file(t, file, "config file '" + config_path + "'");
+  for (const auto& [section, key, v, origin] : parsed)
+    assign(t, section, key, *v.get("v"), origin);
+  RunConfig c = from_table(t, "configuration");
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("invalid configuration: ") + e.what());
+  }
+  return c;
+}
+
+}  // namespace seqmix::train

@@ -1,0 +1,196 @@
+#include "seqmix/train/trainer.h"
+
+#include <fmt/format.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "seqmix/data/byte_corpus.h"
+#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/evaluate.h"
+#include "seqmix/train/metrics.h"
+#include "seqmix/train/schedule.h"
+#include "seqmix/util/progress.h"
+
+namespace seqmix::train {
+
+namespace fs = std::filesystem;
+
+int64_t configure_threads(int64_t threads) {
+  const int64_t n =
+      threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  torch::set_num_threads(static_cast<int>(n));
+  return n;
+}
+
+namespace {
+
+// Decay only weight matrices of Linear/Embedding layers; biases, norms, positional
+// embeddings and the AIB distance parameters w are left alone (as nanoGPT/GPT-2 do).
+std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model,
+                                                    const TrainConfig& t) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    const std::string& k = p.key();
+    const bool is_weight = k.size() >= 6 && k.compare(k.size() - 6, 6, "weight") == 0;
+    (is_weight && p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
+  }
+  auto opts = torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(opts).weight_decay(t.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(opts).weight_decay(0.0)));
+  return std::make_unique<torch::optim::AdamW>(groups, opts);
+}
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+TrainResult train(const RunConfig& requested, const TrainOptions& options) {
+  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
+  const fs::path out(options.out_dir);
+  const fs::path ckpt_path = out / "checkpoint.pt";
+  RunConfig config = requested;
+  if (options.resume) {
+    if (!fs::is_regular_file(ckpt_path))
+      throw std::runtime_error("--resume: '" + ckpt_path.string() + "' does not exist");
+    const RunConfig stored = read_checkpoint_config(ckpt_path.string());
+    // Only the length of the run and how it reports may change on resume; anything else
+    // would silently continue a different experiment.
+    RunConfig allowed = stored;
+    allowed.train.max_steps = requested.train.max_steps;
+    allowed.train.eval_interval = requested.train.eval_interval;
+    allowed.train.eval_max_bytes = requested.train.eval_max_bytes;
+    allowed.train.checkpoint_interval = requested.train.checkpoint_interval;
+    allowed.train.log_interval = requested.train.log_interval;
+    allowed.train.threads = requested.train.threads;
+    allowed.data.dir = requested.data.dir;
+    const auto diff = requested.diff(allowed);
+    if (!diff.empty())
+      throw std::runtime_error("--resume: checkpoint '" + ckpt_path.string() +
+                               "' was trained with a different configuration (" + diff.front() +
+                               "); only max_steps, intervals, threads and data.dir may change");
+    config = allowed;
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
+
+  const auto& t = config.train;
+  const int64_t threads = configure_threads(t.threads);
+  torch::manual_seed(static_cast<uint64_t>(t.seed));
+  models::SequenceModel model(config.model);
+  auto optimizer = make_optimizer(model, t);
+  int64_t start = 0;
+  if (options.resume) start = load_checkpoint(ckpt_path.string(), model, optimizer.get());
+
+  const auto corpus = data::ByteCorpus::load(config.data.source, config.data.dir,
+                                             config.data.eval_split);
+  write_text_atomic(out / "config.toml", config.to_toml());
+  MetricsWriter metrics((out / "metrics.jsonl").string(), options.resume);
+  const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
+
+  util::Progress progress("train", t.max_steps, start);
+  progress.message(fmt::format(
+      "seqmix train: {} ({}), {} parameters, {} threads; {}; batch {} x {} bytes, {} steps{}",
+      config.model.preset, config.model.size, config.model.num_parameters(), threads,
+      corpus.description(), B, T, t.max_steps,
+      options.resume ? fmt::format(", resuming at step {}", start) : ""));
+
+  TrainResult result;
+  auto evaluate = [&](int64_t step, bool final) {
+    const EvalResult r =
+        evaluate_bytes(model, corpus.eval(), B, final ? 0 : t.eval_max_bytes);
+    metrics.write({{"step", step},
+                   {"split", "eval"},
+                   {"loss", r.loss},
+                   {"bpc", r.bpc},
+                   {"tokens", r.tokens},
+                   {"final", final},
+                   {"seconds", r.seconds}});
+    progress.message(fmt::format("step {}: held-out bpc {:.4f} over {} bytes{}", step, r.bpc,
+                                 r.tokens, final ? " (whole split)" : ""));
+    result.eval_bpc = r.bpc;
+    result.eval_loss = r.loss;
+  };
+  auto checkpoint = [&](int64_t step) {
+    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step);
+  };
+
+  model->train();
+  double loss_sum = 0;
+  int64_t loss_n = 0;
+  auto t_log = std::chrono::steady_clock::now();
+  for (int64_t step = start; step < t.max_steps; ++step) {
+    const double lr = learning_rate(t, step);
+    for (auto& g : optimizer->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    const at::Tensor batch = data::sample_batch(corpus.train(), B, T,
+                                                static_cast<uint64_t>(t.seed), step);
+    const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
+    optimizer->zero_grad();
+    const at::Tensor logits = model->forward(x);
+    const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1}));
+    loss.backward();
+    double grad_norm = 0;
+    if (t.grad_clip > 0)
+      grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
+    optimizer->step();
+    const double l = loss.item<double>();
+    loss_sum += l;
+    ++loss_n;
+    const int64_t done = step + 1;
+    if (done % t.log_interval == 0 || done == t.max_steps) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - t_log).count();
+      t_log = now;
+      const double mean = loss_sum / static_cast<double>(loss_n);
+      metrics.write({{"step", done},
+                     {"split", "train"},
+                     {"loss", mean},
+                     {"bpc", mean / std::log(2.0)},
+                     {"lr", lr},
+                     {"grad_norm", grad_norm},
+                     {"tokens_per_s", dt > 0 ? static_cast<double>(loss_n * B * T) / dt : 0.0}});
+      result.final_train_loss = mean;
+      loss_sum = 0;
+      loss_n = 0;
+      if (!progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", mean, lr));
+    }
+    if (progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
+    if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
+      evaluate(done, false);
+    if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) ||
+        done == t.max_steps || done == options.halt_after_step)
+      checkpoint(done);
+    if (done == options.halt_after_step) {
+      progress.finish();
+      result.steps = done;
+      result.halted = true;
+      return result;
+    }
+  }
+  progress.finish();
+  if (start >= t.max_steps) checkpoint(t.max_steps);
+  evaluate(std::max(start, t.max_steps), true);
+  result.steps = std::max(start, t.max_steps);
+  return result;
+}
+
+}  // namespace seqmix::train
