@@ -92,16 +92,19 @@ int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
   try {
     torch::serialize::InputArchive model_ar;
     ar.read("model", model_ar);
-    // Shapes must match exactly: a silent resize would hide an incompatible checkpoint.
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->named_parameters()) {
-      at::Tensor t;
-      model_ar.read(p.key(), t);
-      if (t.sizes() != p.value().sizes())
-        throw std::runtime_error("parameter '" + p.key() + "' has shape " +
-                                 c10::str(t.sizes()) + " in the checkpoint but " +
-                                 c10::str(p.value().sizes()) + " in the model");
-      p.value().copy_(t);
+    // Module::load adopts whatever shape it reads; a silent resize would hide an
+    // incompatible checkpoint, so compare against the shapes the config gave the model.
+    std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+    for (const auto& p : model->named_parameters())
+      expected.emplace_back(p.key(), p.value().sizes().vec());
+    model->load(model_ar);
+    auto params = model->named_parameters();
+    for (const auto& [key, shape] : expected) {
+      const at::Tensor& t = params[key];
+      if (t.sizes().vec() != shape)
+        throw std::runtime_error("parameter '" + key + "' has shape " + c10::str(t.sizes()) +
+                                 " in the checkpoint but " + c10::str(at::IntArrayRef(shape)) +
+                                 " in the model");
     }
     if (optimizer) {
       torch::serialize::InputArchive opt_ar;

@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "seqmix/train/config.h"
+#include "seqmix/train/schedule.h"
+#include "support/gradcheck.h"
+
+using namespace seqmix;
+
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, PresetThenFileThenOverrides) {
+  const std::string dir = seqmix::testing::temp_dir("config");
+  std::ofstream(dir + "/c.toml") << "[model]\npreset = 'transformer'\nsize = 'tiny'\nd_ff = 300\n"
+                                    "[train]\nlr = 1\nmax_steps = 7\n";
+  auto c = train::resolve_config(dir + "/c.toml", {"train.max_steps=9", "model.mixers=['aib']",
+                                                   "data.source=moby-dick"});
+  EXPECT_EQ(c.model.preset, "transformer");
+  EXPECT_EQ(c.model.d_model, 64);     // from the tiny preset
+  EXPECT_EQ(c.model.d_ff, 300);       // from the file
+  EXPECT_DOUBLE_EQ(c.train.lr, 1.0);  // integer accepted for a number
+  EXPECT_EQ(c.train.max_steps, 9);    // override wins
+  EXPECT_EQ(c.model.mixers, std::vector<std::string>{"aib"});
+  EXPECT_EQ(c.data.source, "moby-dick");
+  // Round trip through TOML.
+  auto back = train::RunConfig::from_toml(c.to_toml(), "test");
+  EXPECT_TRUE(back.diff(c).empty());
+  EXPECT_EQ(c.to_toml(), back.to_toml());
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  const std::string dir = seqmix::testing::temp_dir("config-bad");
+  std::ofstream(dir + "/bad.toml") << "[train]\nlearning_rate = 3\n";
+  auto e = error_of([&] { train::resolve_config(dir + "/bad.toml", {}); });
+  EXPECT_NE(e.find("bad.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.learning_rate"), std::string::npos) << e;
+  std::ofstream(dir + "/type.toml") << "[model]\nd_model = 'wide'\n";
+  e = error_of([&] { train::resolve_config(dir + "/type.toml", {}); });
+  EXPECT_NE(e.find("model.d_model' must be an integer"), std::string::npos) << e;
+  std::ofstream(dir + "/syntax.toml") << "[model\n";
+  e = error_of([&] { train::resolve_config(dir + "/syntax.toml", {}); });
+  EXPECT_NE(e.find("not valid TOML"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config(dir + "/missing.toml", {}); });
+  EXPECT_NE(e.find("missing.toml"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"model.preset=gpt"}); });
+  EXPECT_NE(e.find("unknown model preset 'gpt'"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"train.batch_size=0"}); });
+  EXPECT_NE(e.find("train.batch_size"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"nosection"}); });
+  EXPECT_NE(e.find("section.key=value"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"optim.lr=1"}); });
+  EXPECT_NE(e.find("unknown section 'optim'"), std::string::npos) << e;
+}
+
+TEST(Schedule, WarmupThenCosineToTheFloor) {
+  train::TrainConfig t;
+  t.lr = 1.0;
+  t.warmup_steps = 10;
+  t.max_steps = 110;
+  t.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(train::learning_rate(t, 0), 0.1);
+  EXPECT_DOUBLE_EQ(train::learning_rate(t, 9), 1.0);
+  EXPECT_DOUBLE_EQ(train::learning_rate(t, 10), 1.0);
+  EXPECT_NEAR(train::learning_rate(t, 60), 0.55, 1e-12);
+  EXPECT_NEAR(train::learning_rate(t, 110), 0.1, 1e-12);
+  t.schedule = "linear";
+  EXPECT_NEAR(train::learning_rate(t, 60), 0.55, 1e-12);
+  EXPECT_NEAR(train::learning_rate(t, 35), 0.775, 1e-12);
+}
+
+}  // namespace

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include "seqmix/models/presets.h"
+#include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/self_attention.h"
+
+using namespace seqmix;
+
+namespace {
+
+TEST(Presets, ParameterCountFormulaMatchesTheBuiltModel) {
+  for (const auto& family : models::family_names()) {
+    for (const char* size : {"tiny", "mini"}) {
+      auto cfg = models::make_model_config(family, size);
+      models::SequenceModel m(cfg);
+      int64_t n = 0;
+      for (const auto& p : m->parameters())
+        if (p.requires_grad()) n += p.numel();
+      EXPECT_EQ(n, cfg.num_parameters()) << family << " " << size;
+    }
+  }
+  auto cfg = models::make_model_config("transformer", "tiny");
+  cfg.tie_embeddings = false;
+  cfg.aib_weights = "ones";
+  models::SequenceModel m(cfg);
+  int64_t n = 0;
+  for (const auto& p : m->parameters()) n += p.numel();
+  EXPECT_EQ(n, cfg.num_parameters());
+}
+
+TEST(Presets, StructuresAndTableVIISizes) {
+  auto b = models::make_model_config("weird-net", "small");
+  EXPECT_EQ(b.n_layers, 12);
+  EXPECT_EQ(b.d_model, 768);
+  EXPECT_EQ(b.d_ff, 3072);
+  EXPECT_EQ(b.n_heads, 12);
+  auto large = models::make_model_config("aib-net", "large");
+  EXPECT_EQ(large.n_layers, 36);
+  EXPECT_EQ(large.d_model, 1280);
+  EXPECT_EQ(large.n_heads, 20);
+  // Structure B: AIB in the 1st, 3rd, ... layers, self-attention in the 2nd, 4th, ...
+  models::SequenceModel m(models::make_model_config("weird-net", "mini"));
+  for (size_t i = 0; i < m->blocks->size(); ++i) {
+    auto* blk = m->blocks[i]->as<nn::BlockImpl>();
+    if (i % 2 == 0)
+      EXPECT_NE(dynamic_cast<nn::AIBAttentionImpl*>(blk->mixer.get()), nullptr) << i;
+    else
+      EXPECT_NE(dynamic_cast<nn::SelfAttentionImpl*>(blk->mixer.get()), nullptr) << i;
+  }
+  models::SequenceModel a(models::make_model_config("weird-net-a", "tiny"));
+  for (size_t i = 0; i < a->blocks->size(); ++i)
+    EXPECT_NE(dynamic_cast<nn::AIBAttentionImpl*>(a->blocks[i]->as<nn::BlockImpl>()->mixer.get()),
+              nullptr);
+  auto moss = models::make_model_config("moss", "tiny");
+  EXPECT_EQ(moss.activation, "leaky_relu");
+  EXPECT_TRUE(moss.aib_bias);
+  EXPECT_THROW(models::make_model_config("gpt-5", "tiny"), std::invalid_argument);
+  EXPECT_THROW(models::make_model_config("weird-net", "huge"), std::invalid_argument);
+}
+
+TEST(SequenceModel, IncrementalDecodingMatchesForwardForEveryFamily) {
+  for (const auto& family : models::family_names()) {
+    torch::manual_seed(21);
+    auto cfg = models::make_model_config(family, "tiny");
+    cfg.max_len = 24;
+    models::SequenceModel m(cfg);
+    m->to(at::kDouble);
+    m->eval();
+    torch::NoGradGuard no_grad;
+    at::Tensor tokens = at::randint(256, {2, 24}, at::kLong);
+    at::Tensor full = m->forward(tokens);
+    auto states = m->init_state(2);
+    for (int64_t t = 0; t < 24; ++t) {
+      at::Tensor logits = m->step(tokens.select(1, t), states);
+      ASSERT_TRUE(at::allclose(logits, full.select(1, t), 1e-8, 1e-8)) << family << " t=" << t;
+    }
+    EXPECT_THROW(m->step(tokens.select(1, 0), states), c10::Error);  // past max_len
+  }
+}
+
+TEST(SequenceModel, PostNormAndUntiedHeadWork) {
+  auto cfg = models::make_model_config("weird-net", "tiny");
+  cfg.pre_norm = false;
+  cfg.tie_embeddings = false;
+  cfg.activation = "relu";
+  models::SequenceModel m(cfg);
+  at::Tensor y = m->forward(at::randint(256, {2, 10}, at::kLong));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10, 256}));
+  EXPECT_TRUE(at::isfinite(y).all().item<bool>());
+}
+
+TEST(SequenceModel, InitialisationFollowsThePaper) {
+  torch::manual_seed(22);
+  auto cfg = models::make_model_config("weird-net", "mini");
+  models::SequenceModel m(cfg);
+  const double D = static_cast<double>(cfg.d_model), N = static_cast<double>(cfg.n_layers);
+  EXPECT_NEAR(m->tok_emb->weight.std().item<double>(), 1 / std::sqrt(D), 0.003);
+  EXPECT_NEAR(m->pos_emb.std().item<double>(), 1 / std::sqrt(D), 0.003);
+  auto* blk = m->blocks[0]->as<nn::BlockImpl>();
+  EXPECT_NEAR(blk->ffn->w_1->weight.std().item<double>(), 1 / std::sqrt(D), 0.003);
+  EXPECT_NEAR(blk->ffn->w_2->weight.std().item<double>(),
+              1.7047 * std::sqrt((1 - 2 / D) / (2 * N * static_cast<double>(cfg.d_ff))), 0.002);
+  EXPECT_EQ(blk->ffn->w_1->bias.abs().sum().item<double>(), 0.0);
+}
+
+TEST(SequenceModel, RejectsBadInput) {
+  models::SequenceModel m(models::make_model_config("transformer", "tiny"));
+  EXPECT_THROW(m->forward(at::randint(256, {1, 129}, at::kLong)), c10::Error);  // > max_len
+  EXPECT_THROW(m->forward(at::rand({1, 4})), c10::Error);                       // not int64
+  auto cfg = models::make_model_config("transformer", "tiny");
+  cfg.n_heads = 3;
+  EXPECT_THROW(cfg.validate(), std::invalid_argument);
+  cfg = models::make_model_config("weird-net", "tiny");
+  cfg.mixers = {"aib", "lstm"};
+  EXPECT_THROW(cfg.validate(), std::invalid_argument);
+}
+
+}  // namespace
