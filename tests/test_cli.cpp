@@ -2,7 +2,9 @@
 // train -> eval -> generate round trip works.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -87,6 +89,44 @@ TEST(Cli, CorruptCheckpointIsAClearError) {
   std::ifstream in(dir + "/checkpoint.pt");
   std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(kept, std::string("PK\x03\x04 definitely not a checkpoint"));
+}
+
+std::vector<std::string> train_lines(const std::string& path) {
+  std::vector<std::string> v;
+  std::ifstream in(path);
+  for (std::string s; std::getline(in, s);)
+    if (s.find("\"split\":\"train\"") != std::string::npos) {
+      auto j = nlohmann::json::parse(s);
+      j.erase("tokens_per_s");  // wall-clock dependent
+      v.push_back(j.dump());
+    }
+  return v;
+}
+
+TEST(Cli, KilledRunResumesExactly) {
+  const std::string dir = seqmix::testing::temp_dir("cli-kill");
+  const std::string data = corpus(dir);
+  const std::string args = "train --model weird-net --size tiny --max-len 32 --batch-size 4 "
+                           "--max-steps 40 --threads 1 --set train.log_interval=1 "
+                           "--set train.checkpoint_interval=5 --data " + data;
+  ASSERT_EQ(run(args + " --out " + dir + "/full").code, 0);
+  // Start the same run, SIGKILL it once a few checkpoints exist, then resume.
+  const std::string bin = std::getenv("SEQMIX_BIN") ? std::getenv("SEQMIX_BIN") : "seqmix";
+  const std::string cmd = bin + " " + args + " --out " + dir + "/killed > /dev/null 2>&1 & echo $!";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  long pid = 0;
+  ASSERT_EQ(fscanf(p, "%ld", &pid), 1);
+  pclose(p);
+  for (int i = 0; i < 600 && train_lines(dir + "/killed/metrics.jsonl").size() < 12; ++i) usleep(10000);
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  usleep(100000);
+  const auto before = train_lines(dir + "/killed/metrics.jsonl").size();
+  EXPECT_GE(before, 12u);
+  EXPECT_LT(before, 40u) << "the run finished before it was killed";
+  auto r = run("train --resume --out " + dir + "/killed --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(train_lines(dir + "/killed/metrics.jsonl"), train_lines(dir + "/full/metrics.jsonl"));
 }
 
 TEST(Cli, TrainEvalGenerateRoundTrip) {

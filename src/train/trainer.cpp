@@ -103,7 +103,16 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   const auto corpus = data::ByteCorpus::load(config.data.source, config.data.dir,
                                              config.data.eval_split);
   write_text_atomic(out / "config.toml", config.to_toml());
-  MetricsWriter metrics((out / "metrics.jsonl").string(), options.resume);
+  const fs::path metrics_path = out / "metrics.jsonl";
+  if (options.resume && fs::exists(metrics_path)) {
+    // Lines logged after the checkpoint belong to steps that will be redone: drop them so the
+    // file reads as one uninterrupted run.
+    std::string kept;
+    for (const auto& line : read_metrics(metrics_path.string()))
+      if (line.value("step", int64_t{0}) <= start) kept += line.dump() + "\n";
+    write_text_atomic(metrics_path, kept);
+  }
+  MetricsWriter metrics(metrics_path.string(), options.resume);
   const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
 
   util::Progress progress("train", t.max_steps, start);
