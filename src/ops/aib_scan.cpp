@@ -126,6 +126,14 @@ at::Tensor shift_add(const at::Tensor& x, const at::Tensor& wj, int64_t s, bool 
   return x + at::constant_pad_nd(x.narrow(1, s, L - s) * wj, {0, 0, 0, s});
 }
 
+// W [K, D] for the given weighting; with `ones` w may be undefined (PS attention has no
+// parameters), and then K = aib_num_levels(L).
+at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::Tensor& a) {
+  if (weights == AIBWeights::ones && !w.defined())
+    return at::ones({aib_num_levels(a.size(1)), a.size(2)}, a.options());
+  return aib_level_weights(w, weights);
+}
+
 }  // namespace
 
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
@@ -136,18 +144,13 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
   Prepared p = prepare(a, v, mask);
   at::Tensor H = p.ev, U = p.e;
   if (L == 0) return finish(H, U, p.valid);
-  const at::Tensor W = weights == AIBWeights::ones && !w.defined()
-                           ? at::ones({1, D}, a.options())
-                           : aib_level_weights(w, weights);
-  const int64_t levels = aib_num_levels(L) * (L > 1 ? 1 : 0);
-  auto level_w = [&](int64_t j) {
-    return weights == AIBWeights::ones ? W[0] : W[j];
-  };
+  const at::Tensor W = level_weights_for(w, weights, a);
+  const int64_t levels = L > 1 ? aib_num_levels(L) : 0;
   if (direction == AIBDirection::causal) {
     for (int64_t j = 0; j < levels; ++j) {
       const int64_t s = int64_t{1} << j;
-      H = shift_add(H, level_w(j), s, false);
-      U = shift_add(U, level_w(j), s, false);
+      H = shift_add(H, W[j], s, false);
+      U = shift_add(U, W[j], s, false);
     }
     return finish(H, U, p.valid);
   }
@@ -156,7 +159,7 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
   at::Tensor Uf = U.narrow(2, 0, half), Ub = U.narrow(2, half, half);
   for (int64_t j = 0; j < levels; ++j) {
     const int64_t s = int64_t{1} << j;
-    const at::Tensor wj = level_w(j);
+    const at::Tensor wj = W[j];
     Hf = shift_add(Hf, wj.narrow(0, 0, half), s, false);
     Uf = shift_add(Uf, wj.narrow(0, 0, half), s, false);
     Hb = shift_add(Hb, wj.narrow(0, half, half), s, true);
@@ -171,10 +174,7 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
   check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
-  const at::Tensor Wl = weights == AIBWeights::ones && !w.defined()
-                            ? at::ones({aib_num_levels(L), D}, a.options())
-                            : aib_level_weights(w, weights);
-  const at::Tensor lag = aib_lag_weights(Wl, L);  // [L, D]
+  const at::Tensor lag = aib_lag_weights(level_weights_for(w, weights, a), L);  // [L, D]
   // Weight matrix M[i, j, c] = a_{i-j}[c] for j <= i (causal), a_{j-i}[c] for j >= i (suffix).
   at::Tensor idx = at::arange(L, a.options().dtype(at::kLong));
   at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);  // [L, L] i - j
