@@ -4,6 +4,8 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,14 @@ int64_t configure_threads(int64_t threads) {
   const int64_t n =
       threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(n));
+  // LibTorch's threads and OpenBLAS's own pool oversubscribe the cores. Measured on 2 cores
+  // (docs/RESULTS.md): weird-net/mini trains at 10.5k tokens/s with OpenBLAS on one thread
+  // vs 8.6k with its default pool; at base size the two are within 5%. So GEMMs run
+  // single-threaded inside LibTorch's parallelism. Looked up at run time: the BLAS behind
+  // LibTorch is whatever Debian's libblas.so.3 alternative points to.
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(1);
   return n;
 }
 

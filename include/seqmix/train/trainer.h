@@ -28,8 +28,9 @@ struct TrainResult {
   bool halted = false;           ///< stopped by halt_after_step
 };
 
-/// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count.
-/// Returns the count in effect.
+/// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
+/// puts OpenBLAS (if it is the BLAS in use) on one thread so the two pools do not
+/// oversubscribe the cores. Returns the LibTorch thread count in effect.
 int64_t configure_threads(int64_t threads);
 
 /// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
