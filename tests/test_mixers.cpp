@@ -20,7 +20,8 @@ std::vector<MixerCase> mixers() {
   return {
       {"aib_prefix_exp",
        [](bool causal) {
-         return std::make_shared<nn::AIBAttentionImpl>(nn::AIBAttentionOptions(D, max_len).causal(causal));
+         return std::make_shared<nn::AIBAttentionImpl>(
+             nn::AIBAttentionOptions(D, max_len).causal(causal));
        }},
       {"aib_exp_bias",
        [](bool causal) {
@@ -36,7 +37,8 @@ std::vector<MixerCase> mixers() {
        }},
       {"self_attention_2_heads",
        [](bool causal) {
-         return std::make_shared<nn::SelfAttentionImpl>(nn::SelfAttentionOptions(D, 2).causal(causal));
+         return std::make_shared<nn::SelfAttentionImpl>(
+             nn::SelfAttentionOptions(D, 2).causal(causal));
        }},
   };
 }
@@ -76,7 +78,8 @@ TEST_P(Mixer, PaddedPositionsContributeNothing) {
     at::Tensor y1 = m->forward(x, mask), y2 = m->forward(garbage, mask);
     at::Tensor alone = m->forward(x[0].narrow(0, 0, valid).unsqueeze(0), {});
     EXPECT_TRUE(at::allclose(y1, y2, 1e-10, 1e-10)) << "causal=" << causal;
-    EXPECT_TRUE(at::allclose(y1[0].narrow(0, 0, valid), alone[0], 1e-9, 1e-9)) << "causal=" << causal;
+    EXPECT_TRUE(at::allclose(y1[0].narrow(0, 0, valid), alone[0], 1e-9, 1e-9))
+        << "causal=" << causal;
     EXPECT_EQ(y1[0].narrow(0, valid, L - valid).abs().sum().item<double>(), 0.0);
     // The unpadded row is what it is without a mask.
     EXPECT_TRUE(at::allclose(y1[1], m->forward(x, {})[1], 1e-10, 1e-10));

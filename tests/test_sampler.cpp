@@ -1,6 +1,5 @@
-#include <gtest/gtest.h>
-
 #include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
 
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
@@ -31,7 +30,8 @@ TEST(Sampler, GreedyTopKAndTopP) {
   EXPECT_GT(seen_p[2], 0);
   generate::SamplingOptions tiny_p;
   tiny_p.top_p = 1e-6;  // only the most likely token survives
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(generate::sample_next(logits, tiny_p, g).item<int64_t>(), 1);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(generate::sample_next(logits, tiny_p, g).item<int64_t>(), 1);
 }
 
 TEST(Sampler, RejectsBadOptions) {
@@ -64,7 +64,8 @@ TEST(Generate, IsSeededAndRunsPastMaxLen) {
   torch::NoGradGuard no_grad;
   for (int i = 0; i < 5; ++i) {
     at::Tensor t = at::empty({1, static_cast<int64_t>(text.size())}, at::kLong);
-    for (size_t j = 0; j < text.size(); ++j) t[0][static_cast<int64_t>(j)] = static_cast<unsigned char>(text[j]);
+    for (size_t j = 0; j < text.size(); ++j)
+      t[0][static_cast<int64_t>(j)] = static_cast<unsigned char>(text[j]);
     text += static_cast<char>(m->forward(t)[0][-1].argmax().item<int64_t>());
   }
   EXPECT_EQ("ab" + g, text);

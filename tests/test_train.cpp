@@ -100,7 +100,8 @@ TEST(Train, ResumeAfterAStopReproducesTheUninterruptedRun) {
       if (l["split"] == "train") v.push_back(l["loss"].get<double>());
     return v;
   };
-  const auto a = losses(full.out_dir + "/metrics.jsonl"), b = losses(part.out_dir + "/metrics.jsonl");
+  const auto a = losses(full.out_dir + "/metrics.jsonl"),
+             b = losses(part.out_dir + "/metrics.jsonl");
   ASSERT_EQ(a.size(), 16u);
   ASSERT_EQ(b.size(), 16u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;

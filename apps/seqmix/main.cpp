@@ -1,10 +1,10 @@
 // seqmix command-line tool: a thin layer over libseqmix (no model logic lives here).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/generate/sampler.h"
@@ -79,10 +79,11 @@ int cmd_info() {
     fmt::print("  {:>3} {:>5} {:>5} {:>3} {:>5}  {}\n", s.n_layers, s.d_model, s.d_ff, s.n_heads,
                s.max_len, s.source);
   }
-  fmt::print("\nweird-net / aib-net: Structure B (AIB attention in odd layers, self-attention in even)\n"
-             "weird-net-a: Structure A (AIB attention in every layer)\n"
-             "moss: Structure B, Leaky-ReLU FFN, biases on A and V\n"
-             "transformer: softmax self-attention in every layer (GPT-2 style)\n");
+  fmt::print(
+      "\nweird-net / aib-net: Structure B (AIB attention in odd layers, self-attention in even)\n"
+      "weird-net-a: Structure A (AIB attention in every layer)\n"
+      "moss: Structure B, Leaky-ReLU FFN, biases on A and V\n"
+      "transformer: softmax self-attention in every layer (GPT-2 style)\n");
   return 0;
 }
 
@@ -98,8 +99,9 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"seqmix: sub-quadratic sequence models (AIB/Weird attention, Transformer) -- "
-               "train, evaluate, generate"};
+  CLI::App app{
+      "seqmix: sub-quadratic sequence models (AIB/Weird attention, Transformer) -- "
+      "train, evaluate, generate"};
   app.require_subcommand(1);
 
   ConfigFlags train_flags;
@@ -154,8 +156,8 @@ int main(int argc, char** argv) {
         base = seqmix::train::read_checkpoint_config(seqmix::train::find_checkpoint(out));
         base_ptr = &base;
       }
-      const RunConfig config = seqmix::train::resolve_config(train_flags.config_path,
-                                                             train_flags.overrides(), base_ptr);
+      const RunConfig config =
+          seqmix::train::resolve_config(train_flags.config_path, train_flags.overrides(), base_ptr);
       if (dump) {
         std::cout << config.to_toml();
         return 0;
@@ -184,7 +186,8 @@ int main(int argc, char** argv) {
       if (!eval_split.empty()) config.data.eval_split = eval_split;
       const auto corpus = seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,
                                                          config.data.eval_split);
-      const auto r = seqmix::train::evaluate_bytes(model, corpus.eval(), eval_batch, eval_max_bytes);
+      const auto r =
+          seqmix::train::evaluate_bytes(model, corpus.eval(), eval_batch, eval_max_bytes);
       fmt::print("{}\n", nlohmann::json{{"split", "eval"},
                                         {"data", config.data.source},
                                         {"eval_split", config.data.eval_split},

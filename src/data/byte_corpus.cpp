@@ -74,7 +74,8 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
   const std::string hint = " (run scripts/setup.sh to fetch the data, or set data.dir)";
   auto need_valid = [&](const std::string& what) {
     if (eval_split != "valid")
-      throw std::runtime_error("data.eval_split: " + what + " has no separate test split; use "
+      throw std::runtime_error("data.eval_split: " + what +
+                               " has no separate test split; use "
                                "'valid'");
   };
   if (source == "sotu") {
@@ -88,9 +89,10 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
                                std::to_string(files.size()) + " .txt files, expected 233" + hint);
     size_t n_eval = 0;
     split_files(files, 0.1, c.train_, c.eval_, n_eval);
-    c.description_ = "sotu: " + std::to_string(files.size() - n_eval) + " addresses for training (" +
-                     files.front().filename().string() + " ..), " + std::to_string(n_eval) +
-                     " held out (" + files[files.size() - n_eval].filename().string() + " .. " +
+    c.description_ = "sotu: " + std::to_string(files.size() - n_eval) +
+                     " addresses for training (" + files.front().filename().string() + " ..), " +
+                     std::to_string(n_eval) + " held out (" +
+                     files[files.size() - n_eval].filename().string() + " .. " +
                      files.back().filename().string() + ")";
   } else if (source == "moby-dick") {
     need_valid("moby-dick");
@@ -125,8 +127,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
         constexpr size_t kTrain = 90000000, kEach = 5000000;
         if (text.size() < kTrain + 2 * kEach)
           throw std::runtime_error("data: '" + source + "' has " + std::to_string(text.size()) +
-                                   " bytes; the standard " + name +
-                                   " split needs 100,000,000");
+                                   " bytes; the standard " + name + " split needs 100,000,000");
         c.train_ = text.substr(0, kTrain);
         c.eval_ = text.substr(eval_split == "valid" ? kTrain : kTrain + kEach, kEach);
         c.description_ = name + ": standard 90M/5M/5M split, evaluating on " + eval_split;
@@ -141,15 +142,16 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     throw std::runtime_error("data: '" + source + "' is too small to split (" +
                              std::to_string(c.train_.size()) + " training bytes, " +
                              std::to_string(c.eval_.size()) + " held-out bytes)");
-  c.description_ += " [" + std::to_string(c.train_.size()) + " / " +
-                    std::to_string(c.eval_.size()) + " bytes]";
+  c.description_ +=
+      " [" + std::to_string(c.train_.size()) + " / " + std::to_string(c.eval_.size()) + " bytes]";
   return c;
 }
 
 at::Tensor bytes_to_tensor(const std::string& text, int64_t offset, int64_t n) {
   at::Tensor t = at::empty({n}, at::kLong);
   int64_t* p = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(text[static_cast<size_t>(offset + i)]);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<unsigned char>(text[static_cast<size_t>(offset + i)]);
   return t;
 }
 

@@ -9,7 +9,8 @@ namespace seqmix::generate {
 void validate(const SamplingOptions& o) {
   if (!(o.temperature >= 0))
     throw std::invalid_argument("--temperature must be >= 0, got " + std::to_string(o.temperature));
-  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0, got " + std::to_string(o.top_k));
+  if (o.top_k < 0)
+    throw std::invalid_argument("--top-k must be >= 0, got " + std::to_string(o.top_k));
   if (!(o.top_p > 0 && o.top_p <= 1))
     throw std::invalid_argument("--top-p must be in (0, 1], got " + std::to_string(o.top_p));
 }
@@ -66,7 +67,8 @@ std::string generate_text(models::SequenceModel& model, const std::string& promp
     context += c;
     if (on_token) on_token(c);
     if (states[0].pos >= max_len) {
-      context = context.substr(context.size() - static_cast<size_t>(std::max<int64_t>(1, max_len / 2)));
+      context =
+          context.substr(context.size() - static_cast<size_t>(std::max<int64_t>(1, max_len / 2)));
       states = model->init_state(1);
       feed(context);
     } else {

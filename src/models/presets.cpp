@@ -43,8 +43,8 @@ ModelConfig make_model_config(const std::string& family, const std::string& size
   } else if (family == "transformer") {
     c.mixers = {"attention"};
   } else {
-    throw std::invalid_argument("unknown model preset '" + family + "' (expected one of: " +
-                                join(family_names()) + ")");
+    throw std::invalid_argument("unknown model preset '" + family +
+                                "' (expected one of: " + join(family_names()) + ")");
   }
   for (const auto& s : size_presets()) {
     if (s.name != size) continue;
@@ -57,8 +57,8 @@ ModelConfig make_model_config(const std::string& family, const std::string& size
   }
   std::vector<std::string> names;
   for (const auto& s : size_presets()) names.push_back(s.name);
-  throw std::invalid_argument("unknown model size '" + size + "' (expected one of: " +
-                              join(names) + ")");
+  throw std::invalid_argument("unknown model size '" + size + "' (expected one of: " + join(names) +
+                              ")");
 }
 
 }  // namespace seqmix::models

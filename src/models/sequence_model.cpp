@@ -84,8 +84,8 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
   }
   norm_f = register_module("norm_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
   if (!config_.tie_embeddings)
-    head = register_module("head",
-                           torch::nn::Linear(torch::nn::LinearOptions(D, config_.vocab_size).bias(false)));
+    head = register_module(
+        "head", torch::nn::Linear(torch::nn::LinearOptions(D, config_.vocab_size).bias(false)));
   torch::NoGradGuard no_grad;
   const double std = 1.0 / std::sqrt(static_cast<double>(D));
   tok_emb->weight.normal_(0.0, std);

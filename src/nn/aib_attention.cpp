@@ -18,8 +18,10 @@ void AIBAttentionImpl::reset() {
   TORCH_CHECK(options.max_len() > 0, "AIBAttention: max_len must be positive");
   TORCH_CHECK(options.causal() || D % 2 == 0,
               "AIBAttention: the bidirectional form needs an even d_model, got ", D);
-  w_a = register_module("w_a", torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(options.bias_av())));
-  w_v = register_module("w_v", torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(options.bias_av())));
+  w_a = register_module("w_a",
+                        torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(options.bias_av())));
+  w_v = register_module("w_v",
+                        torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(options.bias_av())));
   w_o = register_module("w_o", torch::nn::Linear(torch::nn::LinearOptions(D, D)));
   w = register_parameter("w", torch::empty({ops::aib_num_levels(options.max_len()), D}),
                          /*requires_grad=*/options.weights() != ops::AIBWeights::ones);
@@ -54,23 +56,24 @@ at::Tensor AIBAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask
   TORCH_CHECK(x.size(1) <= options.max_len(), "AIBAttention: sequence length ", x.size(1),
               " exceeds max_len ", options.max_len());
   at::Tensor a = w_a(x), v = w_v(x);
-  at::Tensor o = ops::aib_scan(a, v, w, mask,
-                               options.causal() ? ops::AIBDirection::causal
-                                                : ops::AIBDirection::bidirectional,
-                               options.weights());
+  at::Tensor o =
+      ops::aib_scan(a, v, w, mask,
+                    options.causal() ? ops::AIBDirection::causal : ops::AIBDirection::bidirectional,
+                    options.weights());
   return w_o(o);
 }
 
 MixerState AIBAttentionImpl::init_state(int64_t batch) const {
   if (!options.causal())
-    throw std::logic_error("AIBAttention: the bidirectional (encoder) form cannot decode "
-                           "incrementally");
+    throw std::logic_error(
+        "AIBAttention: the bidirectional (encoder) form cannot decode "
+        "incrementally");
   MixerState s;
   const auto opts = w.options().requires_grad(false);
   torch::NoGradGuard no_grad;
   // The per-distance weights a_d for every distance this layer can see, computed once.
-  const at::Tensor lag = ops::aib_lag_weights(ops::aib_level_weights(w, options.weights()),
-                                              options.max_len());
+  const at::Tensor lag =
+      ops::aib_lag_weights(ops::aib_level_weights(w, options.weights()), options.max_len());
   s.tensors = {torch::empty({batch, 0, options.d_model()}, opts),
                torch::empty({batch, 0, options.d_model()}, opts), lag};
   return s;

@@ -2,8 +2,8 @@
 
 namespace seqmix::nn {
 
-BlockImpl::BlockImpl(std::shared_ptr<MixerImpl> mixer_, FeedForwardOptions ffn_opts,
-                     bool pre_norm_, double dropout_)
+BlockImpl::BlockImpl(std::shared_ptr<MixerImpl> mixer_, FeedForwardOptions ffn_opts, bool pre_norm_,
+                     double dropout_)
     : torch::nn::Module("Block"), pre_norm(pre_norm_), dropout(dropout_) {
   const int64_t D = ffn_opts.d_model();
   mixer = register_module("mixer", std::move(mixer_));

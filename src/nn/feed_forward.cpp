@@ -15,9 +15,12 @@ Activation parse_activation(const std::string& name) {
 
 std::string to_string(Activation a) {
   switch (a) {
-    case Activation::gelu: return "gelu";
-    case Activation::leaky_relu: return "leaky_relu";
-    case Activation::relu: return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::leaky_relu:
+      return "leaky_relu";
+    case Activation::relu:
+      return "relu";
   }
   return "?";
 }
@@ -52,9 +55,15 @@ void FeedForwardImpl::pretty_print(std::ostream& stream) const {
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   at::Tensor h = w_1(x);
   switch (options.activation()) {
-    case Activation::gelu: h = at::gelu(h); break;
-    case Activation::leaky_relu: h = at::leaky_relu(h, 0.01); break;
-    case Activation::relu: h = at::relu(h); break;
+    case Activation::gelu:
+      h = at::gelu(h);
+      break;
+    case Activation::leaky_relu:
+      h = at::leaky_relu(h, 0.01);
+      break;
+    case Activation::relu:
+      h = at::relu(h);
+      break;
   }
   if (options.dropout() > 0 && is_training()) h = at::dropout(h, options.dropout(), true);
   return w_2(h);

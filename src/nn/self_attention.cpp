@@ -80,7 +80,7 @@ at::Tensor SelfAttentionImpl::step(const at::Tensor& x_t, MixerState& state) {
   TORCH_CHECK(state.tensors.size() == 2, "SelfAttention::step: state was not made by init_state");
   const int64_t B = x_t.size(0);
   auto parts = qkv(x_t).view({B, 3, H, 1, dh});
-  at::Tensor q = parts.select(1, 0);                              // [B, H, 1, dh]
+  at::Tensor q = parts.select(1, 0);                                      // [B, H, 1, dh]
   state.tensors[0] = at::cat({state.tensors[0], parts.select(1, 1)}, 2);  // [B, H, t, dh]
   state.tensors[1] = at::cat({state.tensors[1], parts.select(1, 2)}, 2);
   at::Tensor scores =

@@ -14,9 +14,12 @@ AIBWeights parse_aib_weights(const std::string& name) {
 
 std::string to_string(AIBWeights w) {
   switch (w) {
-    case AIBWeights::prefix_exp: return "prefix_exp";
-    case AIBWeights::exp: return "exp";
-    case AIBWeights::ones: return "ones";
+    case AIBWeights::prefix_exp:
+      return "prefix_exp";
+    case AIBWeights::exp:
+      return "exp";
+    case AIBWeights::ones:
+      return "ones";
   }
   return "?";
 }
@@ -29,9 +32,12 @@ int64_t aib_num_levels(int64_t max_len) {
 
 at::Tensor aib_level_weights(const at::Tensor& w, AIBWeights kind) {
   switch (kind) {
-    case AIBWeights::prefix_exp: return at::exp(at::cumsum(w, 0));
-    case AIBWeights::exp: return at::exp(w);
-    case AIBWeights::ones: return at::ones_like(w);
+    case AIBWeights::prefix_exp:
+      return at::exp(at::cumsum(w, 0));
+    case AIBWeights::exp:
+      return at::exp(w);
+    case AIBWeights::ones:
+      return at::ones_like(w);
   }
   return w;
 }
@@ -73,13 +79,13 @@ void check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, cons
               " differs from A dtype ", a.scalar_type());
   const int64_t L = a.size(1), D = a.size(2);
   if (weights != AIBWeights::ones || w.defined()) {
-    TORCH_CHECK(w.defined() && w.dim() == 2 && w.size(1) == D, fn, ": w must be [K, ", D,
-                "], got ", w.defined() ? w.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(w.defined() && w.dim() == 2 && w.size(1) == D, fn, ": w must be [K, ", D, "], got ",
+                w.defined() ? w.sizes() : at::IntArrayRef{});
     TORCH_CHECK(w.scalar_type() == a.scalar_type(), fn, ": w dtype ", w.scalar_type(),
                 " differs from A dtype ", a.scalar_type());
     TORCH_CHECK((int64_t{1} << w.size(0)) >= L, fn, ": w has ", w.size(0),
-                " levels, which cover sequences up to ", (int64_t{1} << w.size(0)),
-                " but L = ", L, " (raise max_len)");
+                " levels, which cover sequences up to ", (int64_t{1} << w.size(0)), " but L = ", L,
+                " (raise max_len)");
   }
   if (direction == AIBDirection::bidirectional)
     TORCH_CHECK(D % 2 == 0, fn, ": the bidirectional form splits channels in halves; D = ", D,
@@ -121,8 +127,7 @@ at::Tensor finish(const at::Tensor& h, const at::Tensor& u, const at::Tensor& va
 // written out of place so autograd can see it.
 at::Tensor shift_add(const at::Tensor& x, const at::Tensor& wj, int64_t s, bool suffix) {
   const int64_t L = x.size(1);
-  if (!suffix)
-    return x + at::constant_pad_nd(x.narrow(1, 0, L - s) * wj, {0, 0, s, 0});
+  if (!suffix) return x + at::constant_pad_nd(x.narrow(1, 0, L - s) * wj, {0, 0, s, 0});
   return x + at::constant_pad_nd(x.narrow(1, s, L - s) * wj, {0, 0, 0, s});
 }
 
@@ -137,8 +142,7 @@ at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::
 }  // namespace
 
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                              const at::Tensor& mask, AIBDirection direction,
-                              AIBWeights weights) {
+                              const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
   check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);

@@ -78,8 +78,8 @@ RunConfig read_checkpoint_config(const std::string& path) {
   try {
     return RunConfig::from_toml(cfg.toStringRef(), "configuration in checkpoint '" + path + "'");
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("checkpoint '" + path + "' holds an invalid configuration: " +
-                             e.what());
+    throw std::runtime_error("checkpoint '" + path +
+                             "' holds an invalid configuration: " + e.what());
   }
 }
 

@@ -4,8 +4,8 @@
 
 #include <fstream>
 #include <sstream>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
 #include "seqmix/models/presets.h"
 
@@ -17,14 +17,22 @@ toml::table to_table(const RunConfig& c) {
   const auto& m = c.model;
   toml::array mixers;
   for (const auto& s : m.mixers) mixers.push_back(s);
-  toml::table model{{"preset", m.preset},         {"size", m.size},
-                    {"vocab_size", m.vocab_size}, {"d_model", m.d_model},
-                    {"n_layers", m.n_layers},     {"n_heads", m.n_heads},
-                    {"d_ff", m.d_ff},             {"max_len", m.max_len},
-                    {"mixers", mixers},           {"causal", m.causal},
-                    {"activation", m.activation}, {"aib_weights", m.aib_weights},
-                    {"aib_bias", m.aib_bias},     {"pre_norm", m.pre_norm},
-                    {"dropout", m.dropout},       {"tie_embeddings", m.tie_embeddings}};
+  toml::table model{{"preset", m.preset},
+                    {"size", m.size},
+                    {"vocab_size", m.vocab_size},
+                    {"d_model", m.d_model},
+                    {"n_layers", m.n_layers},
+                    {"n_heads", m.n_heads},
+                    {"d_ff", m.d_ff},
+                    {"max_len", m.max_len},
+                    {"mixers", mixers},
+                    {"causal", m.causal},
+                    {"activation", m.activation},
+                    {"aib_weights", m.aib_weights},
+                    {"aib_bias", m.aib_bias},
+                    {"pre_norm", m.pre_norm},
+                    {"dropout", m.dropout},
+                    {"tie_embeddings", m.tie_embeddings}};
   const auto& d = c.data;
   toml::table data{{"source", d.source}, {"dir", d.dir}, {"eval_split", d.eval_split}};
   const auto& t = c.train;
@@ -50,13 +58,20 @@ toml::table to_table(const RunConfig& c) {
 
 std::string type_name(toml::node_type t) {
   switch (t) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "true or false";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a value";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "true or false";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a value";
   }
 }
 
@@ -76,16 +91,16 @@ void assign(toml::table& base, const std::string& section, const std::string& ke
                              known_keys(base) + ")");
   toml::node* old = sec->get(key);
   if (!old)
-    throw std::runtime_error(origin + ": unknown key '" + section + "." + key + "' (known: " +
-                             known_keys(*sec) + ")");
+    throw std::runtime_error(origin + ": unknown key '" + section + "." + key +
+                             "' (known: " + known_keys(*sec) + ")");
   const auto want = old->type(), got = value.type();
   if (want == toml::node_type::floating_point && got == toml::node_type::integer) {
     sec->insert_or_assign(key, static_cast<double>(*value.value<int64_t>()));
     return;
   }
   if (want != got)
-    throw std::runtime_error(origin + ": '" + section + "." + key + "' must be " +
-                             type_name(want) + ", got " + type_name(got));
+    throw std::runtime_error(origin + ": '" + section + "." + key + "' must be " + type_name(want) +
+                             ", got " + type_name(got));
   if (want == toml::node_type::array) {
     for (const auto& el : *value.as_array())
       if (!el.is_string())
@@ -226,12 +241,12 @@ void RunConfig::validate() const {
   if (t.seed < 0) fail("seed", "must be >= 0");
   if (t.threads < 0) fail("threads", "must be >= 0");
   if (data.eval_split != "valid" && data.eval_split != "test")
-    throw std::invalid_argument("data.eval_split: must be valid or test, got '" +
-                                data.eval_split + "'");
+    throw std::invalid_argument("data.eval_split: must be valid or test, got '" + data.eval_split +
+                                "'");
 }
 
-RunConfig resolve_config(const std::string& config_path,
-                         const std::vector<std::string>& overrides, const RunConfig* base_in) {
+RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
+                         const RunConfig* base_in) {
   toml::table file;
   if (!config_path.empty()) {
     std::ifstream in(config_path);
@@ -274,8 +289,7 @@ RunConfig resolve_config(const std::string& config_path,
   }
   toml::table t = to_table(base);
   if (!config_path.empty()) merge_file(t, file, "config file '" + config_path + "'");
-  for (const auto& [section, key, v, origin] : parsed)
-    assign(t, section, key, *v.get("v"), origin);
+  for (const auto& [section, key, v, origin] : parsed) assign(t, section, key, *v.get("v"), origin);
   RunConfig c = from_table(t, "configuration");
   try {
     c.validate();

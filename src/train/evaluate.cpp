@@ -8,8 +8,8 @@
 
 namespace seqmix::train {
 
-EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text,
-                          int64_t batch_size, int64_t max_bytes) {
+EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text, int64_t batch_size,
+                          int64_t max_bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
@@ -26,8 +26,7 @@ EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text,
       batch[i].copy_(data::bytes_to_tensor(text, (first_window + i) * T, len + 1));
     at::Tensor logits = model->forward(batch.narrow(1, 0, len));
     nll += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                  batch.narrow(1, 1, len).reshape({-1}), {},
-                                  at::Reduction::Sum)
+                                  batch.narrow(1, 1, len).reshape({-1}), {}, at::Reduction::Sum)
                .item<double>();
   };
   for (int64_t w = 0; w < full; w += batch_size) score(w, std::min(batch_size, full - w), T);

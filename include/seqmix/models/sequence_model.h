@@ -32,13 +32,13 @@ struct ModelConfig {
   /// Mixer of layer i (0-based) is mixers[i % mixers.size()]: "aib" or "attention".
   /// {"aib", "attention"} is Structure B (AIB in the 1st, 3rd, ... layers), {"aib"} Structure A.
   std::vector<std::string> mixers = {"aib", "attention"};
-  bool causal = true;                 ///< decoder (true) or encoder (false)
-  std::string activation = "gelu";    ///< FFN activation: gelu | leaky_relu | relu
+  bool causal = true;                      ///< decoder (true) or encoder (false)
+  std::string activation = "gelu";         ///< FFN activation: gelu | leaky_relu | relu
   std::string aib_weights = "prefix_exp";  ///< prefix_exp | exp | ones (PS attention)
-  bool aib_bias = false;              ///< biases on A and V (Moss)
-  bool pre_norm = true;               ///< pre-norm (GPT-2) or post-norm blocks
-  double dropout = 0.0;               ///< residual, FFN and attention dropout
-  bool tie_embeddings = true;         ///< LM head shares the token embedding matrix
+  bool aib_bias = false;                   ///< biases on A and V (Moss)
+  bool pre_norm = true;                    ///< pre-norm (GPT-2) or post-norm blocks
+  double dropout = 0.0;                    ///< residual, FFN and attention dropout
+  bool tie_embeddings = true;              ///< LM head shares the token embedding matrix
 
   /// @throws std::invalid_argument naming the first inconsistent field.
   void validate() const;

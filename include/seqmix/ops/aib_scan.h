@@ -63,14 +63,12 @@ at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n);
 /// @throws c10::Error on a shape/dtype mismatch (message names the argument), on odd D in
 ///         the bidirectional form, or when K levels are too few for L.
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                              const at::Tensor& mask, AIBDirection direction,
-                              AIBWeights weights);
+                              const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
 
 /// The closed form H_i = sum_d a_d E_{i-d} V_{i-d} evaluated directly in O(L^2 D): an
 /// independent oracle for tests. Same contract as aib_scan_reference.
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                                const at::Tensor& mask, AIBDirection direction,
-                                AIBWeights weights);
+                                const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
 
 /// The op the layers call. Today it dispatches to the reference; the fused kernel (issue 3)
 /// plugs in here. Same contract as aib_scan_reference.

@@ -21,22 +21,22 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  int64_t batch_size = 32;         ///< sequences per step
-  int64_t max_steps = 2000;        ///< optimizer steps
-  double lr = 2e-3;                ///< peak learning rate
-  double min_lr_ratio = 0.1;       ///< final lr = lr * min_lr_ratio
-  int64_t warmup_steps = 100;      ///< linear warm-up from 0
-  std::string schedule = "cosine"; ///< decay after warm-up: cosine | linear | constant
-  double weight_decay = 0.1;       ///< AdamW decoupled decay, on weight matrices only
+  int64_t batch_size = 32;          ///< sequences per step
+  int64_t max_steps = 2000;         ///< optimizer steps
+  double lr = 2e-3;                 ///< peak learning rate
+  double min_lr_ratio = 0.1;        ///< final lr = lr * min_lr_ratio
+  int64_t warmup_steps = 100;       ///< linear warm-up from 0
+  std::string schedule = "cosine";  ///< decay after warm-up: cosine | linear | constant
+  double weight_decay = 0.1;        ///< AdamW decoupled decay, on weight matrices only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double grad_clip = 1.0;          ///< max global gradient L2 norm (0 = off)
-  int64_t eval_interval = 250;     ///< steps between evaluations (0 = only at the end)
-  int64_t eval_max_bytes = 262144; ///< held-out bytes scored at periodic evaluations (0 = all);
-                                   ///< the final evaluation always scores the whole split
+  double grad_clip = 1.0;             ///< max global gradient L2 norm (0 = off)
+  int64_t eval_interval = 250;        ///< steps between evaluations (0 = only at the end)
+  int64_t eval_max_bytes = 262144;    ///< held-out bytes scored at periodic evaluations (0 = all);
+                                      ///< the final evaluation always scores the whole split
   int64_t checkpoint_interval = 250;  ///< steps between checkpoints (0 = only at the end)
-  int64_t log_interval = 10;       ///< steps between training metrics lines
-  int64_t seed = 1337;             ///< model init, batch order, sampling
-  int64_t threads = 0;             ///< intra-op threads (0 = all hardware threads)
+  int64_t log_interval = 10;          ///< steps between training metrics lines
+  int64_t seed = 1337;                ///< model init, batch order, sampling
+  int64_t threads = 0;                ///< intra-op threads (0 = all hardware threads)
 };
 
 struct RunConfig {

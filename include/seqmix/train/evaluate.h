@@ -9,9 +9,9 @@
 namespace seqmix::train {
 
 struct EvalResult {
-  double loss = 0;      ///< mean next-byte negative log-likelihood, nats
-  double bpc = 0;       ///< loss / ln 2, bits per character (byte)
-  int64_t tokens = 0;   ///< bytes predicted
+  double loss = 0;     ///< mean next-byte negative log-likelihood, nats
+  double bpc = 0;      ///< loss / ln 2, bits per character (byte)
+  int64_t tokens = 0;  ///< bytes predicted
   double seconds = 0;
 };
 
@@ -19,7 +19,7 @@ struct EvalResult {
 /// (the window's first byte is predicted from nothing before it in that window), batched by
 /// `batch_size`, the last window shorter. `max_bytes` > 0 scores only the first max_bytes
 /// bytes (periodic evaluations); 0 scores all.
-EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text,
-                          int64_t batch_size, int64_t max_bytes = 0);
+EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text, int64_t batch_size,
+                          int64_t max_bytes = 0);
 
 }  // namespace seqmix::train

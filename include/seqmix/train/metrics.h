@@ -3,9 +3,8 @@
 /// `metrics.jsonl`: one JSON object per line, flushed as written, so a killed run keeps every
 /// line it reported. Training lines carry "split": "train"; evaluation lines "split": "eval"
 /// with "bpc" (bits per character = mean next-byte negative log-likelihood in bits).
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace seqmix::train {

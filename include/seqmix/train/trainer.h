@@ -13,19 +13,19 @@
 namespace seqmix::train {
 
 struct TrainOptions {
-  std::string out_dir;        ///< run folder (created if missing)
-  bool resume = false;        ///< continue from out_dir/checkpoint.pt
+  std::string out_dir;  ///< run folder (created if missing)
+  bool resume = false;  ///< continue from out_dir/checkpoint.pt
   /// Testing aid: return right after the checkpoint written at this step, as if the process
   /// had been killed there (-1 = never).
   int64_t halt_after_step = -1;
 };
 
 struct TrainResult {
-  int64_t steps = 0;             ///< optimizer steps done in total
-  double final_train_loss = 0;   ///< mean training loss over the last log interval, nats
-  double eval_bpc = 0;           ///< held-out bits per character of the final evaluation
-  double eval_loss = 0;          ///< the same in nats
-  bool halted = false;           ///< stopped by halt_after_step
+  int64_t steps = 0;            ///< optimizer steps done in total
+  double final_train_loss = 0;  ///< mean training loss over the last log interval, nats
+  double eval_bpc = 0;          ///< held-out bits per character of the final evaluation
+  double eval_loss = 0;         ///< the same in nats
+  bool halted = false;          ///< stopped by halt_after_step
 };
 
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
