@@ -105,6 +105,217 @@ TEST_P(AIBScanCase, Float32ReferenceIsCloseToFloat64) {
 INSTANTIATE_TEST_SUITE_P(Registry, AIBScanCase, ::testing::ValuesIn(registry()),
                          [](const ::testing::TestParamInfo<AIBCase>& i) { return i.param.name; });
 
+// ---- Fused kernel registry: every case checks forward and every gradient against the
+// reference; float64 cases also against finite differences; float32 cases by the
+// flash-attention rule (at most 2x the float32 reference's distance from float64).
+
+struct FusedCase {
+  std::string name;
+  int64_t B, L, D;
+  AIBDirection direction;
+  AIBWeights weights;
+  bool masked;
+  at::ScalarType dtype;
+};
+
+std::vector<FusedCase> fused_registry() {
+  std::vector<FusedCase> cases;
+  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional})
+    for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones})
+      for (bool masked : {false, true})
+        for (auto dtype : {at::kFloat, at::kDouble})
+          for (int64_t L : {1, 2, 3, 17, 1000, 4096}) {
+            // D = 20: one full 16-lane float block plus a partial one (and, bidirectional,
+            // blocks that end at the D/2 boundary).
+            const std::string name =
+                std::string(dir == AIBDirection::causal ? "decoder" : "encoder") + "_" +
+                seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "") +
+                (dtype == at::kFloat ? "_f32" : "_f64");
+            cases.push_back({name, 2, L, 20, dir, w, masked, dtype});
+          }
+  cases.push_back({"decoder_prefix_exp_L16384_masked_f32", 2, 16384, 20, AIBDirection::causal,
+                   AIBWeights::prefix_exp, true, at::kFloat});
+  return cases;
+}
+
+std::vector<FusedCase> fused_registry_f64() {
+  std::vector<FusedCase> cases;
+  for (const auto& c : fused_registry())
+    if (c.dtype == at::kDouble) cases.push_back(c);
+  return cases;
+}
+
+class AIBFusedCase : public ::testing::TestWithParam<FusedCase> {};
+class AIBFusedCaseF64 : public ::testing::TestWithParam<FusedCase> {};
+
+struct Grads {
+  at::Tensor o, da, dv, dw;
+};
+
+Grads run(const FusedCase& c, const Inputs& in, bool fused, const at::Tensor& go) {
+  at::Tensor a = in.a.detach().requires_grad_(true), v = in.v.detach().requires_grad_(true);
+  at::Tensor w = in.w.detach().requires_grad_(c.weights != AIBWeights::ones);
+  at::Tensor o = fused ? seqmix::ops::aib_scan_fused(a, v, w, in.mask, c.direction, c.weights)
+                       : seqmix::ops::aib_scan_reference(a, v, w, in.mask, c.direction, c.weights);
+  (o * go).sum().backward();
+  // L = 1 uses no level, so the reference leaves w without a gradient.
+  return {o.detach(), a.grad(), v.grad(), w.grad().defined() ? w.grad() : at::zeros_like(w)};
+}
+
+double max_err(const at::Tensor& x, const at::Tensor& ref) {
+  return (x.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
+}
+
+TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
+  const FusedCase& c = GetParam();
+  AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
+  const Inputs in64 = make_inputs(shape, at::kDouble, 7);
+  const at::Tensor go64 = at::randn({c.B, c.L, c.D}, at::kDouble);
+  const Grads ref64 = run(c, in64, false, go64);
+  if (c.dtype == at::kDouble) {
+    const Grads f = run(c, in64, true, go64);
+    const double tol = 1e-10 * std::max(1.0, std::sqrt(static_cast<double>(c.L)));
+    EXPECT_LT(max_err(f.o, ref64.o), tol);
+    EXPECT_LT(max_err(f.da, ref64.da), tol * 10);
+    EXPECT_LT(max_err(f.dv, ref64.dv), tol * 10);
+    EXPECT_LT(max_err(f.dw, ref64.dw), tol * 100 * std::max(1.0, ref64.dw.abs().max().item<double>()));
+    return;
+  }
+  Inputs in32{in64.a.to(at::kFloat), in64.v.to(at::kFloat), in64.w.to(at::kFloat), in64.mask};
+  const at::Tensor go32 = go64.to(at::kFloat);
+  const Grads f = run(c, in32, true, go32), r = run(c, in32, false, go32);
+  // flash-attention's rule, with a floor for outputs the float32 reference gets exactly right.
+  auto check = [&](const at::Tensor& fx, const at::Tensor& rx, const at::Tensor& x64,
+                   const char* what) {
+    const double scale = std::max(1.0, x64.abs().max().item<double>());
+    EXPECT_LE(max_err(fx, x64), 2 * max_err(rx, x64) + 2e-6 * scale) << what;
+  };
+  check(f.o, r.o, ref64.o, "O");
+  check(f.da, r.da, ref64.da, "dA");
+  check(f.dv, r.dv, ref64.dv, "dV");
+  check(f.dw, r.dw, ref64.dw, "dw");
+}
+
+TEST_P(AIBFusedCaseF64, GradientsMatchFiniteDifferences) {
+  const FusedCase& c = GetParam();
+  AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
+  Inputs in = make_inputs(shape, at::kDouble, 8);
+  in.a.requires_grad_(true);
+  in.v.requires_grad_(true);
+  if (c.weights != AIBWeights::ones) in.w.requires_grad_(true);
+  auto f = [&](const std::vector<at::Tensor>& x) {
+    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], in.mask, c.direction, c.weights);
+  };
+  seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.L >= 1000 ? 16 : 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, AIBFusedCase, ::testing::ValuesIn(fused_registry()),
+                         [](const ::testing::TestParamInfo<FusedCase>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Registry, AIBFusedCaseF64, ::testing::ValuesIn(fused_registry_f64()),
+                         [](const ::testing::TestParamInfo<FusedCase>& i) { return i.param.name; });
+
+// ---- Stability: no overflow and no NaN wherever the exact result is finite.
+
+// O_i = sum_j softmax_j(log a_{i-j} + A_j) V_j in float64 log space: finite for any A and W.
+at::Tensor log_space_oracle(const at::Tensor& a, const at::Tensor& v, const at::Tensor& lw,
+                            const at::Tensor& mask) {
+  const int64_t L = a.size(1);
+  std::vector<at::Tensor> log_lag(static_cast<size_t>(L));
+  log_lag[0] = at::zeros_like(lw[0]);
+  for (int64_t d = 1; d < L; ++d) {
+    const int64_t low = d & -d;
+    log_lag[static_cast<size_t>(d)] =
+        log_lag[static_cast<size_t>(d - low)] + lw[__builtin_ctzll(static_cast<unsigned long long>(low))];
+  }
+  at::Tensor ll = at::stack(log_lag, 0);  // [L, D]
+  at::Tensor idx = at::arange(L);
+  at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);
+  at::Tensor logits = ll.index({dist.clamp_min(0)}).unsqueeze(0) + a.unsqueeze(1);  // [B, i, j, D]
+  at::Tensor allowed = (dist >= 0).unsqueeze(0).unsqueeze(-1);
+  if (mask.defined()) allowed = allowed.logical_and(mask.unsqueeze(1).unsqueeze(-1));
+  logits = logits.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor p = at::softmax(logits, 2).nan_to_num(0.0);
+  at::Tensor o = (p * v.unsqueeze(1)).sum(2);
+  if (mask.defined()) o = o.masked_fill(mask.logical_not().unsqueeze(-1), 0);
+  return o;
+}
+
+TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
+  torch::manual_seed(31);
+  const int64_t B = 2, L = 300, D = 20;
+  at::Tensor a = at::randn({B, L, D}, at::kDouble) * 30;  // A ~ N(0, 30^2)
+  at::Tensor v = at::randn({B, L, D}, at::kDouble);
+  // Per-level weights up to 1e30 and down to 1e-30: exp(cumsum w) spans far beyond float32.
+  at::Tensor w = at::zeros({9, D}, at::kDouble);
+  w[0].fill_(std::log(1e30));
+  w[1].fill_(-std::log(1e15));
+  w[3].uniform_(-20, 20);
+  at::Tensor mask = at::ones({B, L}, at::kBool);
+  mask[1].narrow(0, 100, 50).fill_(false);
+  const at::Tensor expect = log_space_oracle(a, v, at::cumsum(w, 0), mask);
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    at::Tensor af = a.to(dtype).requires_grad_(true), vf = v.to(dtype).requires_grad_(true);
+    at::Tensor wf = w.to(dtype).requires_grad_(true);
+    at::Tensor o = seqmix::ops::aib_scan_fused(af, vf, wf, mask, AIBDirection::causal,
+                                               AIBWeights::prefix_exp);
+    ASSERT_TRUE(at::isfinite(o).all().item<bool>()) << dtype;
+    EXPECT_LT(max_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
+    o.sum().backward();
+    EXPECT_TRUE(at::isfinite(af.grad()).all().item<bool>()) << dtype;
+    EXPECT_TRUE(at::isfinite(vf.grad()).all().item<bool>()) << dtype;
+    EXPECT_TRUE(at::isfinite(wf.grad()).all().item<bool>()) << dtype;
+  }
+  // The float64 gradients agree with finite differences even here.
+  a.requires_grad_(true);
+  v.requires_grad_(true);
+  w.requires_grad_(true);
+  auto f = [&](const std::vector<at::Tensor>& x) {
+    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], mask, AIBDirection::causal,
+                                       AIBWeights::prefix_exp);
+  };
+  seqmix::testing::expect_gradients_match_fd(f, {a, v, w}, 24, 1e-6, 1e-5, 1e-4);
+}
+
+TEST(AIBFusedStability, FullyPaddedRowsGiveZeroOutputAndGradient) {
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    at::Tensor a = (at::randn({2, 40, 20}) * 50).to(dtype).requires_grad_(true);
+    at::Tensor v = at::randn({2, 40, 20}).to(dtype).requires_grad_(true);
+    at::Tensor w = at::randn({6, 20}).to(dtype).requires_grad_(true);
+    at::Tensor mask = at::ones({2, 40}, at::kBool);
+    mask[0].fill_(false);
+    for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional}) {
+      at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, mask, dir, AIBWeights::prefix_exp);
+      EXPECT_EQ(o[0].abs().sum().item<double>(), 0.0);
+      EXPECT_TRUE(at::isfinite(o).all().item<bool>());
+      (o * at::randn_like(o)).sum().backward();
+      EXPECT_EQ(a.grad()[0].abs().sum().item<double>(), 0.0);
+      EXPECT_EQ(v.grad()[0].abs().sum().item<double>(), 0.0);
+      EXPECT_TRUE(at::isfinite(a.grad()).all().item<bool>());
+      EXPECT_TRUE(at::isfinite(w.grad()).all().item<bool>());
+      a.mutable_grad().zero_();
+      v.mutable_grad().zero_();
+      w.mutable_grad().zero_();
+    }
+  }
+}
+
+TEST(AIBFused, NonContiguousInputsAndOddChannelCounts) {
+  torch::manual_seed(32);
+  at::Tensor big = at::randn({3, 50, 7}, at::kDouble);
+  at::Tensor a = big.narrow(2, 0, 6).transpose(0, 0), v = big.narrow(2, 1, 6);  // strided
+  at::Tensor w = at::randn({6, 6}, at::kDouble);
+  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional})
+    EXPECT_TRUE(at::allclose(
+        seqmix::ops::aib_scan_fused(a, v, w, {}, dir, AIBWeights::exp),
+        seqmix::ops::aib_scan_reference(a, v, w, {}, dir, AIBWeights::exp), 1e-10, 1e-10));
+  at::Tensor a3 = at::randn({1, 9, 3}, at::kDouble), v3 = at::randn({1, 9, 3}, at::kDouble);
+  EXPECT_TRUE(at::allclose(
+      seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, AIBDirection::causal,
+                                  AIBWeights::ones),
+      seqmix::ops::aib_scan_reference(a3, v3, {}, {}, AIBDirection::causal, AIBWeights::ones),
+      1e-10, 1e-10));
+}
+
 TEST(AIBScan, LagWeightsAreProductsOverBits) {
   at::Tensor W = at::tensor({2.0, 3.0, 5.0, 7.0}, at::kDouble).view({4, 1});
   at::Tensor a = seqmix::ops::aib_lag_weights(W, 16).view({-1});

@@ -20,7 +20,7 @@ using seqmix::train::RunConfig;
 
 // Options shared by the commands that resolve a configuration.
 struct ConfigFlags {
-  std::string config_path, model, size, data, data_dir;
+  std::string config_path, model, size, data, data_dir, aib_impl;
   int64_t max_steps = -1, seed = -1, batch_size = -1, threads = -1, max_len = -1;
   double lr = -1;
   std::vector<std::string> set;
@@ -39,6 +39,7 @@ struct ConfigFlags {
     app->add_option("--lr", lr, "peak learning rate");
     app->add_option("--threads", threads, "intra-op threads (0 = all)");
     app->add_option("--max-len", max_len, "context length in bytes");
+    app->add_option("--aib-impl", aib_impl, "AIB scan: fused (default) or reference");
     app->add_option("--set", set, "override any key: section.key=value (repeatable)");
   }
 
@@ -54,6 +55,7 @@ struct ConfigFlags {
     str("model.size", size);
     str("data.source", data);
     str("data.dir", data_dir);
+    str("model.aib_impl", aib_impl);
     num("train.max_steps", max_steps);
     num("train.seed", seed);
     num("train.batch_size", batch_size);

@@ -32,6 +32,7 @@ void ModelConfig::validate() const {
   }
   nn::parse_activation(activation);  // throws with the offending name
   ops::parse_aib_weights(aib_weights);
+  ops::parse_aib_impl(aib_impl);
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -64,11 +65,13 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
     const std::string& kind = config_.mixers[static_cast<size_t>(i) % config_.mixers.size()];
     std::shared_ptr<nn::MixerImpl> mixer;
     if (kind == "aib") {
-      mixer = std::make_shared<nn::AIBAttentionImpl>(nn::AIBAttentionOptions(D, config_.max_len)
-                                                         .causal(config_.causal)
-                                                         .weights(weights)
-                                                         .bias_av(config_.aib_bias)
-                                                         .n_layers(config_.n_layers));
+      mixer =
+          std::make_shared<nn::AIBAttentionImpl>(nn::AIBAttentionOptions(D, config_.max_len)
+                                                     .causal(config_.causal)
+                                                     .weights(weights)
+                                                     .bias_av(config_.aib_bias)
+                                                     .impl(ops::parse_aib_impl(config_.aib_impl))
+                                                     .n_layers(config_.n_layers));
     } else {
       mixer = std::make_shared<nn::SelfAttentionImpl>(nn::SelfAttentionOptions(D, config_.n_heads)
                                                           .causal(config_.causal)

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "aib_scan_internal.h"
+
 namespace seqmix::ops {
 
 AIBWeights parse_aib_weights(const std::string& name) {
@@ -69,8 +71,10 @@ struct Prepared {
   at::Tensor valid;  // [B, L, 1] bool, or undefined
 };
 
-void check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                  const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+}  // namespace
+
+void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                      const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
   TORCH_CHECK(a.dim() == 3, fn, ": A must be [B, L, D], got ", a.sizes());
   TORCH_CHECK(v.sizes() == a.sizes(), fn, ": V must match A ", a.sizes(), ", got ", v.sizes());
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, fn,
@@ -97,6 +101,8 @@ void check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, cons
                 ": mask must be [B, L] = [", a.size(0), ", ", L, "], got ", mask.sizes());
   }
 }
+
+namespace {
 
 Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mask) {
   Prepared p;
@@ -143,7 +149,7 @@ at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::
 
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                               const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
-  check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
+  aib_check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
   at::Tensor H = p.ev, U = p.e;
@@ -175,7 +181,7 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                                 const at::Tensor& mask, AIBDirection direction,
                                 AIBWeights weights) {
-  check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
+  aib_check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
   const at::Tensor lag = aib_lag_weights(level_weights_for(w, weights, a), L);  // [L, D]
@@ -206,9 +212,20 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
   return finish(H, U, p.valid);
 }
 
+AIBImpl parse_aib_impl(const std::string& name) {
+  if (name == "fused") return AIBImpl::fused;
+  if (name == "reference") return AIBImpl::reference;
+  throw std::invalid_argument("unknown AIB implementation '" + name +
+                              "' (expected fused or reference)");
+}
+
+std::string to_string(AIBImpl impl) { return impl == AIBImpl::fused ? "fused" : "reference"; }
+
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
-  return aib_scan_reference(a, v, w, mask, direction, weights);
+                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights,
+                    AIBImpl impl) {
+  if (impl == AIBImpl::reference) return aib_scan_reference(a, v, w, mask, direction, weights);
+  return aib_scan_fused(a, v, w, mask, direction, weights);
 }
 
 }  // namespace seqmix::ops

@@ -30,6 +30,7 @@ toml::table to_table(const RunConfig& c) {
                     {"activation", m.activation},
                     {"aib_weights", m.aib_weights},
                     {"aib_bias", m.aib_bias},
+                    {"aib_impl", m.aib_impl},
                     {"pre_norm", m.pre_norm},
                     {"dropout", m.dropout},
                     {"tie_embeddings", m.tie_embeddings}};
@@ -148,6 +149,7 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   m.activation = get<std::string>(t, "model", "activation", origin);
   m.aib_weights = get<std::string>(t, "model", "aib_weights", origin);
   m.aib_bias = get<bool>(t, "model", "aib_bias", origin);
+  m.aib_impl = get<std::string>(t, "model", "aib_impl", origin);
   m.pre_norm = get<bool>(t, "model", "pre_norm", origin);
   m.dropout = get<double>(t, "model", "dropout", origin);
   m.tie_embeddings = get<bool>(t, "model", "tie_embeddings", origin);

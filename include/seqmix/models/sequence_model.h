@@ -36,6 +36,7 @@ struct ModelConfig {
   std::string activation = "gelu";         ///< FFN activation: gelu | leaky_relu | relu
   std::string aib_weights = "prefix_exp";  ///< prefix_exp | exp | ones (PS attention)
   bool aib_bias = false;                   ///< biases on A and V (Moss)
+  std::string aib_impl = "fused";          ///< fused (CPU kernel) | reference (literal ATen ops)
   bool pre_norm = true;                    ///< pre-norm (GPT-2) or post-norm blocks
   double dropout = 0.0;                    ///< residual, FFN and attention dropout
   bool tie_embeddings = true;              ///< LM head shares the token embedding matrix

@@ -24,6 +24,8 @@ struct AIBAttentionOptions {
   TORCH_ARG(ops::AIBWeights, weights) = ops::AIBWeights::prefix_exp;
   /// Biases on A and V (Moss has them; AIB-Net / Weird-Net do not).
   TORCH_ARG(bool, bias_av) = false;
+  /// Scan implementation: the fused CPU kernel (default) or the literal reference.
+  TORCH_ARG(ops::AIBImpl, impl) = ops::AIBImpl::fused;
   /// Number of stacked layers N, used only for the W_O init std sqrt((1 - 2/D) / (2 N D)).
   TORCH_ARG(int64_t, n_layers) = 1;
 };

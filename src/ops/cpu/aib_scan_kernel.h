@@ -1,0 +1,64 @@
+#pragma once
+// Fused AIB attention scan kernels (forward and backward) on plain pointers.
+//
+// Legend: B batch, L sequence length, D channels, K levels used = ceil(log2 L) (0 if L == 1).
+// Layout: a, v, o, grad_* are [B, L, D] contiguous; lw is [Kp, D] contiguous with Kp >= K
+// (log W: level j multiplies distance 2^j by exp(lw[j])); mask is [B, L] (1 = valid) or null.
+//
+// Method (see include/seqmix/ops/aib_scan.h for the contract):
+// * A block of kLanes channels of one sequence is copied into a [L][kLanes] scratch buffer and
+//   all ceil(log2 L) levels of the scan run on it while it sits in cache; threads take
+//   (batch, channel block) work items.
+// * Every running sum is kept as a mantissa pair (h = E V, u = E) with one shared power-of-two
+//   exponent per position and channel. Adding two terms rescales the smaller one by 2^-(gap)
+//   (exponent arithmetic, no exp per level), so neither exp(A) nor products of large distance
+//   weights can overflow, and terms that are negligible flush to zero instead of overflowing.
+//   exp is evaluated once per element, when A enters the buffer. O = h / u: the shared
+//   exponent cancels.
+// * Backward recomputes the forward levels (keeping the K + 1 level snapshots of one block in
+//   the scratch buffer, O(L K kLanes) per thread), then runs the transposed scan on the output
+//   adjoints in the same representation, accumulating d lw per level in double precision.
+#include <cstdint>
+
+namespace seqmix::ops::cpu {
+
+template <typename T>
+struct AIBScanParams {
+  const T* a = nullptr;           // [B, L, D]
+  const T* v = nullptr;           // [B, L, D]
+  const T* lw = nullptr;          // [Kp, D] log distance weights
+  const uint8_t* mask = nullptr;  // [B, L] or null
+  T* o = nullptr;                 // [B, L, D] output
+  // Backward only:
+  const T* grad_o = nullptr;  // [B, L, D]
+  T* grad_a = nullptr;        // [B, L, D]
+  T* grad_v = nullptr;        // [B, L, D]
+  double* grad_lw = nullptr;  // [B, K, D] per-sequence partial sums (caller reduces over B)
+  int64_t B = 0, L = 0, D = 0, K = 0;
+  bool bidirectional = false;  // channels [D/2, D) run the suffix form
+};
+
+/// Number of channels per work item for scalar type T (one 64-byte vector).
+template <typename T>
+constexpr int64_t aib_lanes() {
+  return 64 / static_cast<int64_t>(sizeof(T));
+}
+
+/// Number of (batch, channel block) work items.
+int64_t aib_work_items(int64_t B, int64_t D, bool bidirectional, int64_t lanes);
+
+/// Scratch bytes one thread needs: forward only or forward + backward.
+int64_t aib_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size, bool backward);
+
+/// Runs work items [begin, end) of the forward pass, using `scratch` (aib_scratch_bytes).
+template <typename T>
+void aib_scan_forward(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch);
+
+/// Runs work items [begin, end) of the backward pass (writes grad_a, grad_v, grad_lw).
+template <typename T>
+void aib_scan_backward(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch);
+
+/// True if the AVX-512 build of the kernels is in use on this CPU.
+bool aib_kernel_uses_avx512();
+
+}  // namespace seqmix::ops::cpu
