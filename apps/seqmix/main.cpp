@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "seqmix/bench/ops_bench.h"
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
@@ -141,6 +142,25 @@ int main(int argc, char** argv) {
 
   auto* info = app.add_subcommand("info", "list model presets with parameter counts");
 
+  seqmix::bench::OpsBenchOptions bench_opts;
+  bool bench_json = false;
+  int64_t bench_threads = 0, bench_blas_threads = 0;
+  std::string bench_mode;
+  auto* bench = app.add_subcommand("bench", "benchmark programs (not tests)");
+  bench->add_option("mode", bench_mode, "ops: AIB fused vs reference vs softmax attention")
+      ->required()
+      ->check(CLI::IsMember({"ops"}));
+  bench->add_option("--L", bench_opts.lengths, "sequence lengths")->delimiter(',');
+  bench->add_option("--B", bench_opts.batch, "batch size");
+  bench->add_option("--D", bench_opts.d_model, "channels / d_model");
+  bench->add_option("--heads", bench_opts.n_heads, "attention heads");
+  bench->add_option("--reps", bench_opts.reps, "timed repetitions (median reported)");
+  bench->add_option("--ops", bench_opts.ops, "subset of aib_fused,aib_reference,aib_layer,attention_layer")
+      ->delimiter(',');
+  bench->add_option("--threads", bench_threads, "LibTorch threads (0 = all)");
+  bench->add_option("--blas-threads", bench_blas_threads, "OpenBLAS threads (0 = as LibTorch)");
+  bench->add_flag("--json", bench_json, "one JSON object per line instead of a table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -149,6 +169,25 @@ int main(int argc, char** argv) {
 
   try {
     if (info->parsed()) return cmd_info();
+
+    if (bench->parsed()) {
+      const int64_t n = seqmix::train::configure_threads(bench_threads, bench_blas_threads);
+      std::vector<nlohmann::json> rows;
+      if (!bench_json)
+        fmt::print(stderr, "seqmix bench ops: B={} D={} heads={} reps={} threads={} (float32)\n",
+                   bench_opts.batch, bench_opts.d_model, bench_opts.n_heads, bench_opts.reps, n);
+      seqmix::bench::run_ops_bench(bench_opts, [&](const nlohmann::json& row) {
+        rows.push_back(row);
+        if (bench_json) {
+          fmt::print("{}\n", row.dump());
+          std::fflush(stdout);
+        } else {
+          fmt::print(stderr, "  {}\n", row.dump());
+        }
+      });
+      if (!bench_json) fmt::print("{}", seqmix::bench::format_ops_table(rows));
+      return 0;
+    }
 
     if (train->parsed()) {
       RunConfig base;

@@ -41,6 +41,12 @@ at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mas
   const int64_t B = x.size(0), L = x.size(1);
   auto parts = qkv(x).view({B, L, 3, H, dh}).permute({2, 0, 3, 1, 4});  // [3, B, H, L, dh]
   at::Tensor q = parts[0], k = parts[1], v = parts[2];
+  if (options.use_sdpa() && !mask.defined()) {
+    const double p = is_training() ? options.dropout() : 0.0;
+    at::Tensor y = std::get<0>(at::_scaled_dot_product_attention(q, k, v, {}, p, false,
+                                                                   options.causal()));
+    return out(y.transpose(1, 2).reshape({B, L, D}));
+  }
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
   at::Tensor allowed;  // [B or 1, 1, L, L] true where query i may see key j
   if (options.causal())

@@ -21,7 +21,7 @@ namespace seqmix::train {
 
 namespace fs = std::filesystem;
 
-int64_t configure_threads(int64_t threads) {
+int64_t configure_threads(int64_t threads, int64_t blas_threads) {
   const int64_t n =
       threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(n));
@@ -32,7 +32,7 @@ int64_t configure_threads(int64_t threads) {
   // LibTorch is whatever Debian's libblas.so.3 alternative points to.
   using SetThreads = void (*)(int);
   if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(1);
+    set(static_cast<int>(blas_threads > 0 ? blas_threads : n));
   return n;
 }
 

@@ -23,6 +23,10 @@ struct SelfAttentionOptions {
   TORCH_ARG(double, dropout) = 0.0;
   /// Number of stacked layers N, for the output-projection init (as W_O of AIB attention).
   TORCH_ARG(int64_t, n_layers) = 1;
+  /// Compute softmax(QK^T)V with at::_scaled_dot_product_attention instead of matmul +
+  /// softmax (same math; LibTorch 1.13 decomposes it on CPU). Used when no key-padding
+  /// mask is given; with a mask the matmul path runs.
+  TORCH_ARG(bool, use_sdpa) = false;
 };
 
 /// Parameters: `qkv` (Linear D -> 3D), `out` (Linear D -> D). Init: qkv ~ N(0, 1/D),

@@ -29,9 +29,10 @@ struct TrainResult {
 };
 
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
-/// puts OpenBLAS (if it is the BLAS in use) on one thread so the two pools do not
-/// oversubscribe the cores. Returns the LibTorch thread count in effect.
-int64_t configure_threads(int64_t threads);
+/// puts OpenBLAS (if it is the BLAS in use) on `blas_threads` threads (default one, so the
+/// two pools do not oversubscribe the cores; 0 = as many as LibTorch). Returns the LibTorch
+/// thread count in effect.
+int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
 
 /// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
 /// used, with `config`'s training section (max_steps, intervals, threads) taking over.

@@ -1,0 +1,82 @@
+// Google Benchmark micro-benchmarks for the fused AIB scan: the kernel alone (one thread,
+// preallocated buffers) and the op through autograd (all threads). Shapes: B = 4, D = 512.
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include "../src/ops/cpu/aib_scan_kernel.h"
+#include "seqmix/ops/aib_scan.h"
+
+namespace {
+
+constexpr int64_t kB = 4, kD = 512;
+
+struct Buffers {
+  at::Tensor a, v, lw, o, go, ga, gv, glw, scratch;
+  seqmix::ops::cpu::AIBScanParams<float> p;
+  int64_t items;
+};
+
+Buffers make(int64_t L, bool backward) {
+  Buffers b;
+  const int64_t K = L > 1 ? seqmix::ops::aib_num_levels(L) : 0;
+  b.a = at::randn({kB, L, kD});
+  b.v = at::randn({kB, L, kD});
+  b.lw = at::randn({std::max<int64_t>(K, 1), kD}).cumsum(0);
+  b.o = at::empty_like(b.a);
+  b.go = at::randn_like(b.a);
+  b.ga = at::empty_like(b.a);
+  b.gv = at::empty_like(b.a);
+  b.glw = at::zeros({kB, K, kD}, at::kDouble);
+  constexpr int64_t lanes = seqmix::ops::cpu::aib_lanes<float>();
+  b.scratch = at::empty({seqmix::ops::cpu::aib_scratch_bytes(L, K, lanes, 4, backward) + 64}, at::kByte);
+  auto& p = b.p;
+  p.a = b.a.data_ptr<float>();
+  p.v = b.v.data_ptr<float>();
+  p.lw = b.lw.data_ptr<float>();
+  p.o = b.o.data_ptr<float>();
+  p.grad_o = b.go.data_ptr<float>();
+  p.grad_a = b.ga.data_ptr<float>();
+  p.grad_v = b.gv.data_ptr<float>();
+  p.grad_lw = b.glw.data_ptr<double>();
+  p.B = kB;
+  p.L = L;
+  p.D = kD;
+  p.K = K;
+  b.items = seqmix::ops::cpu::aib_work_items(kB, kD, false, lanes);
+  return b;
+}
+
+void* aligned(at::Tensor& t) {
+  auto addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return reinterpret_cast<void*>((addr + 63) & ~uintptr_t{63});
+}
+
+void BM_KernelForward1T(benchmark::State& state) {
+  Buffers b = make(state.range(0), false);
+  for (auto _ : state) seqmix::ops::cpu::aib_scan_forward<float>(b.p, 0, b.items, aligned(b.scratch));
+  state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
+}
+
+void BM_KernelBackward1T(benchmark::State& state) {
+  Buffers b = make(state.range(0), true);
+  for (auto _ : state) seqmix::ops::cpu::aib_scan_backward<float>(b.p, 0, b.items, aligned(b.scratch));
+}
+
+void BM_OpForwardBackward(benchmark::State& state) {
+  const int64_t L = state.range(0);
+  at::Tensor a = at::randn({kB, L, kD}).requires_grad_(true);
+  at::Tensor v = at::randn({kB, L, kD}).requires_grad_(true);
+  at::Tensor w = at::randn({seqmix::ops::aib_num_levels(L), kD}).requires_grad_(true);
+  for (auto _ : state) {
+    at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, {}, seqmix::ops::AIBDirection::causal,
+                                               seqmix::ops::AIBWeights::prefix_exp);
+    o.sum().backward();
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_KernelForward1T)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KernelBackward1T)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OpForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

@@ -1,0 +1,48 @@
+#pragma once
+/// @file ops_bench.h
+/// `seqmix bench ops`: speed and memory of AIB attention against its reference and against
+/// softmax self-attention as the sequence grows (DESIGN.md, "Performance practice").
+///
+/// For each L: forward and forward+backward wall time (median of `reps` runs after one
+/// warm-up) and the peak tensor memory of forward+backward above what was live before
+/// (util/memory.h) of
+///   aib_fused        ops::aib_scan_fused on A, V [B, L, D] (op only);
+///   aib_reference    ops::aib_scan_reference, the papers' algorithm in ATen (op only);
+///   aib_layer        nn::AIBAttention (projections included, fused scan), causal;
+///   attention_layer  nn::SelfAttention, causal, n_heads heads: the faster of matmul +
+///                    softmax and at::_scaled_dot_product_attention, measured at each L.
+/// plus a STREAM-triad bandwidth (a = b + s c over 3 x 128 MiB float arrays, best of 5) and
+/// the fused forward's achieved bandwidth on its minimal traffic (read A and V, write O).
+/// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace seqmix::bench {
+
+struct OpsBenchOptions {
+  std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 16384};
+  int64_t batch = 4;
+  int64_t d_model = 512;
+  int64_t n_heads = 8;
+  int64_t reps = 5;
+  std::vector<std::string> ops = {"aib_fused", "aib_reference", "aib_layer", "attention_layer"};
+};
+
+/// Runs the benchmark; `emit` receives one JSON object per measurement as soon as it is
+/// made (rows with "op", "L", "B", "D", "fwd_ms", "fwd_bwd_ms", "peak_mib" [, "fwd_gbps"],
+/// skipped cases with "skipped", and one {"op": "stream_triad", "gbps"}).
+/// @throws std::invalid_argument for an unknown op name or a non-positive size.
+void run_ops_bench(const OpsBenchOptions& options,
+                   const std::function<void(const nlohmann::json&)>& emit);
+
+/// STREAM triad bandwidth in GB/s (1e9 bytes/s, 12 bytes counted per float element).
+double stream_triad_gbps(int64_t elements = int64_t{32} << 20, int reps = 5);
+
+/// Formats the collected rows as the human-readable table with ratios.
+std::string format_ops_table(const std::vector<nlohmann::json>& rows);
+
+}  // namespace seqmix::bench

@@ -1,0 +1,268 @@
+#include "seqmix/bench/ops_bench.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/self_attention.h"
+#include "seqmix/ops/aib_scan.h"
+#include "seqmix/util/memory.h"
+
+namespace seqmix::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return int64_t{8} << 30;
+}
+
+struct Timing {
+  double fwd_ms = 0, fwd_bwd_ms = 0;
+  int64_t peak_bytes = 0;
+};
+
+// Times `fwd` alone (no autograd graph) and `fwd` + backward, and records the peak tensor
+// memory of one forward+backward above what was live before it.
+Timing measure(const std::function<at::Tensor(bool)>& fwd, int64_t reps) {
+  Timing t;
+  auto fwd_only = [&] {
+    torch::NoGradGuard no_grad;
+    fwd(false);
+  };
+  auto fwd_bwd = [&] {
+    at::Tensor y = fwd(true);
+    y.backward(at::ones_like(y));
+  };
+  // Warm-up, also the memory measurement.
+  const int64_t base = util::live_tensor_bytes();
+  util::reset_peak_tensor_bytes();
+  auto t0 = Clock::now();
+  fwd_bwd();
+  const double first = ms_since(t0);
+  t.peak_bytes = util::peak_tensor_bytes() - base;
+  if (first > 5000) reps = std::min<int64_t>(reps, 3);
+  std::vector<double> f, fb;
+  for (int64_t r = 0; r < reps; ++r) {
+    t0 = Clock::now();
+    fwd_only();
+    f.push_back(ms_since(t0));
+    t0 = Clock::now();
+    fwd_bwd();
+    fb.push_back(ms_since(t0));
+  }
+  t.fwd_ms = median(f);
+  t.fwd_bwd_ms = median(fb);
+  return t;
+}
+
+// Rough tensor bytes a case needs, to skip what cannot fit instead of crashing.
+int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, int64_t H) {
+  const int64_t bld = B * L * D * 4;
+  const int64_t K = ops::aib_num_levels(L);
+  if (op == "aib_fused") return 8 * bld;
+  if (op == "aib_layer") return 14 * bld;
+  if (op == "aib_reference") return (8 * K + 8) * bld;
+  return 5 * B * H * L * L * 4 + 16 * bld;  // attention: scores, probs and their gradients
+}
+
+void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
+  for (auto& p : m.parameters())
+    if (p.grad().defined()) p.mutable_grad().reset();
+  for (auto& x : xs)
+    if (x.grad().defined()) x.mutable_grad().reset();
+}
+
+}  // namespace
+
+double stream_triad_gbps(int64_t n, int reps) {
+  at::Tensor a = at::empty({n}), b = at::rand({n}), c = at::rand({n});
+  float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  const float* pc = c.data_ptr<float>();
+  const float s = 3.0f;
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pa[i] = pb[i] + s * pc[i];
+    });
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r > 0) best = std::min(best, sec);  // the first run faults the pages in
+  }
+  return 3.0 * 4.0 * static_cast<double>(n) / best / 1e9;
+}
+
+void run_ops_bench(const OpsBenchOptions& o, const std::function<void(const nlohmann::json&)>& emit) {
+  const std::vector<std::string> known = {"aib_fused", "aib_reference", "aib_layer",
+                                          "attention_layer"};
+  for (const auto& op : o.ops)
+    if (std::find(known.begin(), known.end(), op) == known.end())
+      throw std::invalid_argument("bench: unknown op '" + op +
+                                  "' (expected aib_fused, aib_reference, aib_layer, attention_layer)");
+  if (o.batch < 1 || o.d_model < 2 || o.n_heads < 1 || o.reps < 1 || o.d_model % o.n_heads)
+    throw std::invalid_argument("bench: B, D, heads and reps must be positive, heads dividing D");
+  for (int64_t L : o.lengths)
+    if (L < 1) throw std::invalid_argument("bench: sequence lengths must be positive");
+  util::install_memory_counter();
+  torch::manual_seed(0);
+  const double triad = stream_triad_gbps();
+  emit({{"op", "stream_triad"}, {"gbps", triad}, {"threads", at::get_num_threads()}});
+
+  const int64_t B = o.batch, D = o.d_model, H = o.n_heads;
+  const int64_t max_L = *std::max_element(o.lengths.begin(), o.lengths.end());
+  for (int64_t L : o.lengths) {
+    for (const auto& op : o.ops) {
+      nlohmann::json row = {{"op", op}, {"L", L}, {"B", B}, {"D", D}};
+      const int64_t need = estimate_bytes(op, B, L, D, H);
+      if (need > mem_available_bytes() * 8 / 10) {
+        row["skipped"] = fmt::format("needs ~{:.1f} GiB, more than 80% of the {:.1f} GiB available",
+                                     static_cast<double>(need) / (1 << 30),
+                                     static_cast<double>(mem_available_bytes()) / (1 << 30));
+        emit(row);
+        continue;
+      }
+      Timing t;
+      if (op == "aib_fused" || op == "aib_reference") {
+        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true),
+                                      at::randn({B, L, D}).requires_grad_(true),
+                                      at::randn({ops::aib_num_levels(max_L), D}).requires_grad_(true)};
+        const bool fused = op == "aib_fused";
+        torch::nn::Module none;
+        t = measure(
+            [&](bool) {
+              zero_grads(none, xs);
+              return fused ? ops::aib_scan_fused(xs[0], xs[1], xs[2], {}, ops::AIBDirection::causal,
+                                                 ops::AIBWeights::prefix_exp)
+                           : ops::aib_scan_reference(xs[0], xs[1], xs[2], {},
+                                                     ops::AIBDirection::causal,
+                                                     ops::AIBWeights::prefix_exp);
+            },
+            o.reps);
+        if (fused) row["fwd_gbps"] = 3.0 * 4.0 * static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
+      } else if (op == "aib_layer") {
+        nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
+        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
+        t = measure(
+            [&](bool) {
+              zero_grads(*layer, xs);
+              return layer->forward(xs[0], {});
+            },
+            o.reps);
+      } else {
+        // The faster of the two softmax-attention implementations LibTorch offers here.
+        Timing best;
+        std::string which;
+        for (bool sdpa : {false, true}) {
+          nn::SelfAttention layer(nn::SelfAttentionOptions(D, H).use_sdpa(sdpa));
+          std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
+          const Timing ti = measure(
+              [&](bool) {
+                zero_grads(*layer, xs);
+                return layer->forward(xs[0], {});
+              },
+              o.reps);
+          if (which.empty() || ti.fwd_bwd_ms < best.fwd_bwd_ms) {
+            best = ti;
+            which = sdpa ? "scaled_dot_product_attention" : "matmul_softmax";
+          }
+        }
+        t = best;
+        row["impl"] = which;
+      }
+      row["fwd_ms"] = t.fwd_ms;
+      row["fwd_bwd_ms"] = t.fwd_bwd_ms;
+      row["peak_mib"] = static_cast<double>(t.peak_bytes) / (1 << 20);
+      emit(row);
+    }
+  }
+}
+
+std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
+  std::string out;
+  double triad = 0;
+  std::map<std::pair<std::string, int64_t>, nlohmann::json> by;
+  std::vector<int64_t> lengths;
+  for (const auto& r : rows) {
+    if (r["op"] == "stream_triad") {
+      triad = r["gbps"].get<double>();
+      continue;
+    }
+    const int64_t L = r["L"].get<int64_t>();
+    if (std::find(lengths.begin(), lengths.end(), L) == lengths.end()) lengths.push_back(L);
+    by[{r["op"].get<std::string>(), L}] = r;
+  }
+  out += fmt::format("STREAM triad: {:.1f} GB/s\n\n", triad);
+  out += fmt::format("{:<16} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms",
+                     "fwd+bwd ms", "peak MiB", "fwd GB/s");
+  for (const auto& r : rows) {
+    if (r["op"] == "stream_triad") continue;
+    if (r.contains("skipped")) {
+      out += fmt::format("{:<16} {:>6}   skipped: {}\n", r["op"].get<std::string>(),
+                         r["L"].get<int64_t>(), r["skipped"].get<std::string>());
+      continue;
+    }
+    out += fmt::format("{:<16} {:>6} {:>11.2f} {:>13.2f} {:>10.1f} {:>9}\n",
+                       r["op"].get<std::string>(), r["L"].get<int64_t>(), r["fwd_ms"].get<double>(),
+                       r["fwd_bwd_ms"].get<double>(), r["peak_mib"].get<double>(),
+                       r.contains("fwd_gbps") ? fmt::format("{:.1f}", r["fwd_gbps"].get<double>())
+                                              : std::string("-"));
+  }
+  auto get = [&](const std::string& op, int64_t L) -> const nlohmann::json* {
+    auto it = by.find({op, L});
+    return it == by.end() || it->second.contains("skipped") ? nullptr : &it->second;
+  };
+  out += "\nratios (same run)\n";
+  for (int64_t L : lengths) {
+    std::string line = fmt::format("L={:<6}", L);
+    const auto *f = get("aib_fused", L), *r = get("aib_reference", L);
+    const auto *al = get("aib_layer", L), *at = get("attention_layer", L);
+    if (f && r)
+      line += fmt::format("  reference/fused fwd+bwd {:.1f}x", r->at("fwd_bwd_ms").get<double>() /
+                                                                f->at("fwd_bwd_ms").get<double>());
+    if (f && triad > 0)
+      line += fmt::format("  fused fwd {:.0f}% of triad", 100 * f->at("fwd_gbps").get<double>() / triad);
+    if (al && at)
+      line += fmt::format("  attention/aib_layer fwd+bwd {:.1f}x, memory {:.2f}x",
+                          at->at("fwd_bwd_ms").get<double>() / al->at("fwd_bwd_ms").get<double>(),
+                          al->at("peak_mib").get<double>() / at->at("peak_mib").get<double>());
+    out += line + "\n";
+  }
+  if (lengths.size() >= 2) {
+    const int64_t lo = *std::min_element(lengths.begin(), lengths.end());
+    const int64_t hi = *std::max_element(lengths.begin(), lengths.end());
+    const auto *a = get("aib_fused", lo), *b = get("aib_fused", hi);
+    if (a && b)
+      out += fmt::format("fused fwd+bwd t({}) / t({}) = {:.1f} (L ratio {}, L log L ratio {:.1f})\n",
+                         hi, lo, b->at("fwd_bwd_ms").get<double>() / a->at("fwd_bwd_ms").get<double>(),
+                         hi / lo,
+                         static_cast<double>(hi) * std::log2(static_cast<double>(hi)) /
+                             (static_cast<double>(lo) * std::log2(static_cast<double>(lo))));
+  }
+  return out;
+}
+
+}  // namespace seqmix::bench
