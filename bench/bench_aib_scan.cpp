@@ -57,6 +57,20 @@ void BM_KernelForward1T(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
 }
 
+void BM_KernelForwardAllThreads(benchmark::State& state) {
+  at::set_num_threads(static_cast<int>(state.range(1)));
+  Buffers b = make(state.range(0), false);
+  const int64_t bytes = seqmix::ops::cpu::aib_scratch_bytes(state.range(0), b.p.K, 16, 4, false);
+  std::vector<at::Tensor> scratch;
+  for (int t = 0; t < 8; ++t) scratch.push_back(at::empty({bytes + 64}, at::kByte));
+  for (auto _ : state)
+    at::parallel_for(0, b.items, 1, [&](int64_t begin, int64_t end) {
+      seqmix::ops::cpu::aib_scan_forward<float>(b.p, begin, end,
+                                                aligned(scratch[static_cast<size_t>(at::get_thread_num())]));
+    });
+  state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
+}
+
 void BM_KernelBackward1T(benchmark::State& state) {
   Buffers b = make(state.range(0), true);
   for (auto _ : state) seqmix::ops::cpu::aib_scan_backward<float>(b.p, 0, b.items, aligned(b.scratch));
@@ -77,6 +91,7 @@ void BM_OpForwardBackward(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_KernelForward1T)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KernelForwardAllThreads)->Args({4096, 1})->Args({4096, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_KernelBackward1T)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OpForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
