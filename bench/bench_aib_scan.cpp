@@ -28,7 +28,8 @@ Buffers make(int64_t L, bool backward) {
   b.gv = at::empty_like(b.a);
   b.glw = at::zeros({kB, K, kD}, at::kDouble);
   constexpr int64_t lanes = seqmix::ops::cpu::aib_lanes<float>();
-  b.scratch = at::empty({seqmix::ops::cpu::aib_scratch_bytes(L, K, lanes, 4, backward) + 64}, at::kByte);
+  b.scratch =
+      at::empty({seqmix::ops::cpu::aib_scratch_bytes(L, K, lanes, 4, backward) + 64}, at::kByte);
   auto& p = b.p;
   p.a = b.a.data_ptr<float>();
   p.v = b.v.data_ptr<float>();
@@ -53,7 +54,8 @@ void* aligned(at::Tensor& t) {
 
 void BM_KernelForward1T(benchmark::State& state) {
   Buffers b = make(state.range(0), false);
-  for (auto _ : state) seqmix::ops::cpu::aib_scan_forward<float>(b.p, 0, b.items, aligned(b.scratch));
+  for (auto _ : state)
+    seqmix::ops::cpu::aib_scan_forward<float>(b.p, 0, b.items, aligned(b.scratch));
   state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
 }
 
@@ -65,15 +67,16 @@ void BM_KernelForwardAllThreads(benchmark::State& state) {
   for (int t = 0; t < 8; ++t) scratch.push_back(at::empty({bytes + 64}, at::kByte));
   for (auto _ : state)
     at::parallel_for(0, b.items, 1, [&](int64_t begin, int64_t end) {
-      seqmix::ops::cpu::aib_scan_forward<float>(b.p, begin, end,
-                                                aligned(scratch[static_cast<size_t>(at::get_thread_num())]));
+      seqmix::ops::cpu::aib_scan_forward<float>(
+          b.p, begin, end, aligned(scratch[static_cast<size_t>(at::get_thread_num())]));
     });
   state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
 }
 
 void BM_KernelBackward1T(benchmark::State& state) {
   Buffers b = make(state.range(0), true);
-  for (auto _ : state) seqmix::ops::cpu::aib_scan_backward<float>(b.p, 0, b.items, aligned(b.scratch));
+  for (auto _ : state)
+    seqmix::ops::cpu::aib_scan_backward<float>(b.p, 0, b.items, aligned(b.scratch));
 }
 
 void BM_OpForwardBackward(benchmark::State& state) {
@@ -91,7 +94,11 @@ void BM_OpForwardBackward(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_KernelForward1T)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_KernelForwardAllThreads)->Args({4096, 1})->Args({4096, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_KernelForwardAllThreads)
+    ->Args({4096, 1})
+    ->Args({4096, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_KernelBackward1T)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OpForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -116,13 +116,15 @@ double stream_triad_gbps(int64_t n, int reps) {
   return 3.0 * 4.0 * static_cast<double>(n) / best / 1e9;
 }
 
-void run_ops_bench(const OpsBenchOptions& o, const std::function<void(const nlohmann::json&)>& emit) {
+void run_ops_bench(const OpsBenchOptions& o,
+                   const std::function<void(const nlohmann::json&)>& emit) {
   const std::vector<std::string> known = {"aib_fused", "aib_reference", "aib_layer",
                                           "attention_layer"};
   for (const auto& op : o.ops)
     if (std::find(known.begin(), known.end(), op) == known.end())
-      throw std::invalid_argument("bench: unknown op '" + op +
-                                  "' (expected aib_fused, aib_reference, aib_layer, attention_layer)");
+      throw std::invalid_argument(
+          "bench: unknown op '" + op +
+          "' (expected aib_fused, aib_reference, aib_layer, attention_layer)");
   if (o.batch < 1 || o.d_model < 2 || o.n_heads < 1 || o.reps < 1 || o.d_model % o.n_heads)
     throw std::invalid_argument("bench: B, D, heads and reps must be positive, heads dividing D");
   for (int64_t L : o.lengths)
@@ -147,9 +149,9 @@ void run_ops_bench(const OpsBenchOptions& o, const std::function<void(const nloh
       }
       Timing t;
       if (op == "aib_fused" || op == "aib_reference") {
-        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true),
-                                      at::randn({B, L, D}).requires_grad_(true),
-                                      at::randn({ops::aib_num_levels(max_L), D}).requires_grad_(true)};
+        std::vector<at::Tensor> xs = {
+            at::randn({B, L, D}).requires_grad_(true), at::randn({B, L, D}).requires_grad_(true),
+            at::randn({ops::aib_num_levels(max_L), D}).requires_grad_(true)};
         const bool fused = op == "aib_fused";
         torch::nn::Module none;
         t = measure(
@@ -216,8 +218,8 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     by[{r["op"].get<std::string>(), L}] = r;
   }
   out += fmt::format("STREAM triad: {:.1f} GB/s\n\n", triad);
-  out += fmt::format("{:<16} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms",
-                     "fwd+bwd ms", "peak MiB", "fwd GB/s");
+  out += fmt::format("{:<16} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms", "fwd+bwd ms",
+                     "peak MiB", "fwd GB/s");
   for (const auto& r : rows) {
     if (r["op"] == "stream_triad") continue;
     if (r.contains("skipped")) {
@@ -241,10 +243,11 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     const auto *f = get("aib_fused", L), *r = get("aib_reference", L);
     const auto *al = get("aib_layer", L), *at = get("attention_layer", L);
     if (f && r)
-      line += fmt::format("  reference/fused fwd+bwd {:.1f}x", r->at("fwd_bwd_ms").get<double>() /
-                                                                f->at("fwd_bwd_ms").get<double>());
+      line += fmt::format("  reference/fused fwd+bwd {:.1f}x",
+                          r->at("fwd_bwd_ms").get<double>() / f->at("fwd_bwd_ms").get<double>());
     if (f && triad > 0)
-      line += fmt::format("  fused fwd {:.0f}% of triad", 100 * f->at("fwd_gbps").get<double>() / triad);
+      line += fmt::format("  fused fwd {:.0f}% of triad",
+                          100 * f->at("fwd_gbps").get<double>() / triad);
     if (al && at)
       line += fmt::format("  attention/aib_layer fwd+bwd {:.1f}x, memory {:.2f}x",
                           at->at("fwd_bwd_ms").get<double>() / al->at("fwd_bwd_ms").get<double>(),
@@ -256,11 +259,11 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     const int64_t hi = *std::max_element(lengths.begin(), lengths.end());
     const auto *a = get("aib_fused", lo), *b = get("aib_fused", hi);
     if (a && b)
-      out += fmt::format("fused fwd+bwd t({}) / t({}) = {:.1f} (L ratio {}, L log L ratio {:.1f})\n",
-                         hi, lo, b->at("fwd_bwd_ms").get<double>() / a->at("fwd_bwd_ms").get<double>(),
-                         hi / lo,
-                         static_cast<double>(hi) * std::log2(static_cast<double>(hi)) /
-                             (static_cast<double>(lo) * std::log2(static_cast<double>(lo))));
+      out += fmt::format(
+          "fused fwd+bwd t({}) / t({}) = {:.1f} (L ratio {}, L log L ratio {:.1f})\n", hi, lo,
+          b->at("fwd_bwd_ms").get<double>() / a->at("fwd_bwd_ms").get<double>(), hi / lo,
+          static_cast<double>(hi) * std::log2(static_cast<double>(hi)) /
+              (static_cast<double>(lo) * std::log2(static_cast<double>(lo))));
   }
   return out;
 }

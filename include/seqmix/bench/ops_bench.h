@@ -16,10 +16,9 @@
 /// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace seqmix::bench {
 

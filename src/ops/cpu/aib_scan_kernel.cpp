@@ -1,6 +1,8 @@
 // Run-time dispatch of the fused AIB scan kernels to the widest instruction set the CPU has.
 #include "aib_scan_kernel.h"
 
+#include <algorithm>
+
 namespace seqmix::ops::cpu {
 
 #define SEQMIX_DECLARE_ISA(ns)                                                         \
@@ -22,14 +24,24 @@ bool aib_kernel_uses_avx512() {
 
 int64_t aib_work_items(int64_t B, int64_t D, bool bidirectional, int64_t lanes) {
   const int64_t halves = bidirectional ? 2 : 1, hd = D / halves;
-  return B * halves * ((hd + lanes - 1) / lanes);
+  const int64_t span = lanes * aib_group_blocks();
+  return B * halves * ((hd + span - 1) / span);
 }
 
 int64_t aib_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size, bool backward) {
+  const int64_t G = aib_group_blocks();
+  const int64_t staging = ((L + 63) / 64) * 64 +
+                          (3 * G * L * lanes + 2 * G * std::max<int64_t>(K, 1) * lanes) * elem_size;
+  return aib_block_scratch_bytes(L, K, lanes, elem_size, backward) + staging;
+}
+
+int64_t aib_block_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size,
+                                bool backward) {
   // Three [L][lanes] arrays (h, u, exponent) per block; backward keeps K + 1 level snapshots
   // and one block of adjoints.
-  const int64_t blocks = backward ? K + 2 : 1;
-  return blocks * 3 * L * lanes * elem_size;
+  // Forward: one block plus two halo regions of 256 positions for the tiled short levels.
+  if (!backward) return (L + 2 * 256) * 3 * lanes * elem_size;
+  return (K + 2) * 3 * L * lanes * elem_size;
 }
 
 template <typename T>

@@ -44,10 +44,18 @@ constexpr int64_t aib_lanes() {
   return 64 / static_cast<int64_t>(sizeof(T));
 }
 
-/// Number of (batch, channel block) work items.
+/// Channel blocks per work item (a group is staged together; see aib_scan_kernel_impl.h).
+constexpr int64_t aib_group_blocks() { return 8; }
+
+/// Number of (batch, channel group) work items.
 int64_t aib_work_items(int64_t B, int64_t D, bool bidirectional, int64_t lanes);
 
-/// Scratch bytes one thread needs: forward only or forward + backward.
+/// Scratch bytes the per-block part of one work item needs.
+int64_t aib_block_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size,
+                                bool backward);
+
+/// Scratch bytes one thread needs: forward only or forward + backward (block scratch plus the
+/// group's staging area).
 int64_t aib_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size, bool backward);
 
 /// Runs work items [begin, end) of the forward pass, using `scratch` (aib_scratch_bytes).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "aib_scan_kernel.h"
 
@@ -108,16 +109,24 @@ inline void exp_split(V<T> x, V<T>& m, I<T>& k) {
   m = r;
 }
 
+// Loads/stores n <= N lanes; the full-width case has a constant size, so it compiles to one
+// unaligned vector move instead of a memcpy call.
 template <typename T>
 inline V<T> load(const T* p, int64_t n) {
   V<T> x{};
-  std::memcpy(&x, p, sizeof(T) * static_cast<size_t>(n));
+  if (n == Traits<T>::N)
+    std::memcpy(&x, p, sizeof(V<T>));
+  else
+    std::memcpy(&x, p, sizeof(T) * static_cast<size_t>(n));
   return x;
 }
 
 template <typename T>
 inline void store(T* p, V<T> x, int64_t n) {
-  std::memcpy(p, &x, sizeof(T) * static_cast<size_t>(n));
+  if (n == Traits<T>::N)
+    std::memcpy(p, &x, sizeof(V<T>));
+  else
+    std::memcpy(p, &x, sizeof(T) * static_cast<size_t>(n));
 }
 
 // x_a <- x_a + W * x_b with W = wm * 2^we, all in the shared-exponent representation.
@@ -198,21 +207,61 @@ inline int64_t levels_for(int64_t L) {
   return k;
 }
 
+// Levels with a shift of at most kTile positions run tile by tile: every such level is
+// applied to one kTile-position tile while it is in L1, reading the previous tile's last 2^j
+// level-j values from a halo. Only the levels with longer shifts stream the whole block
+// through L2 once each. Level j of the tiled group is exact because a tile's positions only
+// read positions 2^j <= kTile earlier, which are either in the tile (still at level j, as
+// the pass runs backwards) or in the halo saved before the previous tile advanced.
+constexpr int64_t kTileBits = 7;
+constexpr int64_t kTile = int64_t{1} << kTileBits;
+constexpr int64_t kTiledLevels = kTileBits + 1;  // shifts 1 .. kTile
+constexpr int64_t kHaloCap = int64_t{1} << kTiledLevels;
+
 template <typename T>
-void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
+inline void copy_slots(Block<T> dst, int64_t d0, Block<T> src, int64_t s0, int64_t n) {
+  std::memcpy(dst.h + d0, src.h + s0, sizeof(V<T>) * static_cast<size_t>(n));
+  std::memcpy(dst.u + d0, src.u + s0, sizeof(V<T>) * static_cast<size_t>(n));
+  std::memcpy(dst.e + d0, src.e + s0, sizeof(I<T>) * static_cast<size_t>(n));
+}
+
+template <typename T>
+void forward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
   const int64_t L = p.L, D = p.D, N = Traits<T>::N;
+  const int64_t tiled = std::min<int64_t>(p.K, kTiledLevels);
+  V<T> wm[64];
+  I<T> we[64];
   for (int64_t item = begin; item < end; ++item) {
     const Item it = item_of(item, D, p.bidirectional, N);
     Block<T> x = block_at<T>(scratch, 0, L);
+    // Two halo regions (this tile's and the next one's), level j at offset 2^j - 1.
+    auto* halo_base = static_cast<V<T>*>(scratch) + 3 * L;
+    Block<T> halo[2] = {block_at<T>(halo_base, 0, kHaloCap), block_at<T>(halo_base, 1, kHaloCap)};
     load_level0(p, it, x);
-    for (int64_t j = 0; j < p.K; ++j) {
+    for (int64_t j = 0; j < p.K; ++j) level_weight(p, it, j, wm[j], we[j]);
+    int cur = 0;
+    for (int64_t t0 = 0; t0 < L; t0 += kTile) {
+      const int64_t t1 = std::min(L, t0 + kTile);
+      for (int64_t j = 0; j < tiled; ++j) {
+        const int64_t s = int64_t{1} << j, off = s - 1;
+        if (t1 < L) copy_slots(halo[1 - cur], off, x, t1 - s, s);  // for the next tile
+        for (int64_t q = t1 - 1; q >= std::max(t0 + s, s); --q)
+          combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
+        if (t0 > 0) {
+          const Block<T> hb = halo[cur];
+          for (int64_t q = std::min(t1, t0 + s) - 1; q >= t0; --q) {
+            const int64_t k = off + (q - s) - (t0 - s);
+            combine<T>(x.h[q], x.u[q], x.e[q], hb.h[k], hb.u[k], hb.e[k], wm[j], we[j]);
+          }
+        }
+      }
+      cur = 1 - cur;
+    }
+    for (int64_t j = tiled; j < p.K; ++j) {
       const int64_t s = int64_t{1} << j;
-      V<T> wm;
-      I<T> we;
-      level_weight(p, it, j, wm, we);
       // Descending, so x[q - s] still holds the previous level when it is read.
       for (int64_t q = L - 1; q >= s; --q)
-        combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm, we);
+        combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
     }
     for (int64_t q = 0; q < L; ++q) {
       const int64_t i = it.rev ? L - 1 - q : q;
@@ -226,7 +275,7 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
 }
 
 template <typename T>
-void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
+void backward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
   const int64_t L = p.L, D = p.D, K = p.K, N = Traits<T>::N;
   for (int64_t item = begin; item < end; ++item) {
     const Item it = item_of(item, D, p.bidirectional, N);
@@ -299,6 +348,160 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       store(p.grad_v + off, scale<T>(adj.h[q] * x0.u[q], ex), it.nc);
       store(p.grad_a + off, scale<T>(x0.u[q] * (adj.u[q] + v * adj.h[q]), ex), it.nc);
     }
+  }
+}
+
+// ---- Channel groups. A channel block of one sequence is one cache line per position, D
+// elements apart, and reading it straight from [B, L, D] is latency-bound (measured: more
+// time than all the levels). So a work item is a group of up to aib_group_blocks() blocks:
+// its rows are copied in contiguous runs into a [blocks][L][N] staging area (reversed for
+// the suffix half, so the blocks below only ever see the causal form), every block runs on
+// its staged copy as a dense [1, L, N] problem, and results are copied back the same way.
+
+struct Group {
+  int64_t b, c0, nc, nblk;
+  bool rev;
+};
+
+inline Group group_of(int64_t item, int64_t D, bool bidir, int64_t N, int64_t G) {
+  const int64_t halves = bidir ? 2 : 1, hd = D / halves;
+  const int64_t span = N * G, ng = (hd + span - 1) / span;
+  Group g;
+  g.b = item / (halves * ng);
+  const int64_t r = item % (halves * ng);
+  const int64_t half = r / ng, grp = r % ng;
+  g.c0 = half * hd + grp * span;
+  g.nc = std::min<int64_t>(span, hd - grp * span);
+  g.nblk = (g.nc + N - 1) / N;
+  g.rev = half == 1;
+  return g;
+}
+
+// src [B, L, D] rows of group g -> dst [nblk][L][N] (zero-padded lanes), in scan order.
+template <typename T>
+void stage_in(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N) {
+  for (int64_t i = 0; i < L; ++i) {
+    const T* row = src + (g.b * L + i) * D + g.c0;
+    const int64_t q = g.rev ? L - 1 - i : i;
+    for (int64_t k = 0; k < g.nblk; ++k) {
+      const int64_t n = std::min<int64_t>(N, g.nc - k * N);
+      store(dst + (k * L + q) * N, load(row + k * N, n), N);
+    }
+  }
+}
+
+template <typename T>
+void stage_out(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N) {
+  for (int64_t i = 0; i < L; ++i) {
+    T* row = dst + (g.b * L + i) * D + g.c0;
+    const int64_t q = g.rev ? L - 1 - i : i;
+    for (int64_t k = 0; k < g.nblk; ++k)
+      store(row + k * N, load(src + (k * L + q) * N, N), std::min<int64_t>(N, g.nc - k * N));
+  }
+}
+
+// Staging layout after the per-block scratch: mask [L], then three [nblk][L][N] arrays and
+// two [nblk][K][N] arrays (log weights and their gradients).
+template <typename T>
+struct Staging {
+  uint8_t* mask;
+  T *x0, *x1, *x2, *lw, *glw;
+};
+
+template <typename T>
+Staging<T> staging_at(void* base, int64_t L, int64_t K, int64_t N, int64_t G) {
+  Staging<T> st;
+  st.mask = static_cast<uint8_t*>(base);
+  auto* t = reinterpret_cast<T*>(st.mask + ((L + 63) / 64) * 64);
+  const int64_t big = G * L * N, small = G * std::max<int64_t>(K, 1) * N;
+  st.x0 = t;
+  st.x1 = t + big;
+  st.x2 = t + 2 * big;
+  st.lw = t + 3 * big;
+  st.glw = t + 3 * big + small;
+  return st;
+}
+
+template <typename T>
+void stage_common(const AIBScanParams<T>& p, const Group& g, Staging<T>& st, int64_t N) {
+  const int64_t L = p.L;
+  for (int64_t i = 0; i < L; ++i) st.mask[g.rev ? L - 1 - i : i] = p.mask ? p.mask[g.b * L + i] : 1;
+  for (int64_t k = 0; k < g.nblk; ++k)
+    for (int64_t j = 0; j < p.K; ++j)
+      store(st.lw + (k * p.K + j) * N,
+            load(p.lw + j * p.D + g.c0 + k * N, std::min<int64_t>(N, g.nc - k * N)), N);
+}
+
+// The dense [1, L, N] problem of block k of a staged group.
+template <typename T>
+AIBScanParams<T> block_params(const AIBScanParams<T>& p, const Staging<T>& st, int64_t k,
+                              int64_t N) {
+  AIBScanParams<T> q;
+  q.B = 1;
+  q.L = p.L;
+  q.D = N;
+  q.K = p.K;
+  q.bidirectional = false;
+  q.mask = st.mask;
+  q.lw = st.lw + k * p.K * N;
+  return q;
+}
+
+template <typename T>
+void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t G = aib_group_blocks(), L = p.L;
+  void* block_scratch = scratch;
+  Staging<T> st = staging_at<T>(
+      static_cast<char*>(scratch) + aib_block_scratch_bytes(L, p.K, N, sizeof(T), false), L, p.K, N,
+      G);
+  for (int64_t item = begin; item < end; ++item) {
+    const Group g = group_of(item, p.D, p.bidirectional, N, G);
+    stage_common(p, g, st, N);
+    stage_in(p.a, st.x0, g, L, p.D, N);
+    stage_in(p.v, st.x1, g, L, p.D, N);
+    for (int64_t k = 0; k < g.nblk; ++k) {
+      AIBScanParams<T> q = block_params(p, st, k, N);
+      q.a = st.x0 + k * L * N;
+      q.v = st.x1 + k * L * N;
+      q.o = st.x0 + k * L * N;  // A is read in full before O is written
+      forward_blocks(q, 0, 1, block_scratch);
+    }
+    stage_out(st.x0, p.o, g, L, p.D, N);
+  }
+}
+
+template <typename T>
+void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t G = aib_group_blocks(), L = p.L, K = p.K;
+  void* block_scratch = scratch;
+  Staging<T> st = staging_at<T>(
+      static_cast<char*>(scratch) + aib_block_scratch_bytes(L, K, N, sizeof(T), true), L, K, N, G);
+  std::vector<double> glw(static_cast<size_t>(G * std::max<int64_t>(K, 1) * N));
+  for (int64_t item = begin; item < end; ++item) {
+    const Group g = group_of(item, p.D, p.bidirectional, N, G);
+    stage_common(p, g, st, N);
+    stage_in(p.a, st.x0, g, L, p.D, N);
+    stage_in(p.v, st.x1, g, L, p.D, N);
+    stage_in(p.grad_o, st.x2, g, L, p.D, N);
+    for (int64_t k = 0; k < g.nblk; ++k) {
+      AIBScanParams<T> q = block_params(p, st, k, N);
+      q.a = st.x0 + k * L * N;
+      q.v = st.x1 + k * L * N;
+      q.grad_o = st.x2 + k * L * N;
+      q.grad_a = st.x0 + k * L * N;  // A is read only when the levels are rebuilt, first
+      q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
+      q.grad_lw = glw.data() + k * K * N;
+      backward_blocks(q, 0, 1, block_scratch);
+    }
+    stage_out(st.x0, p.grad_a, g, L, p.D, N);
+    stage_out(st.x2, p.grad_v, g, L, p.D, N);
+    for (int64_t k = 0; k < g.nblk; ++k)
+      for (int64_t j = 0; j < K; ++j)
+        for (int64_t c = 0; c < std::min<int64_t>(N, g.nc - k * N); ++c)
+          p.grad_lw[(g.b * K + j) * p.D + g.c0 + k * N + c] =
+              glw[static_cast<size_t>((k * K + j) * N + c)];
   }
 }
 
