@@ -2,6 +2,7 @@
 // configuration, checks the op's forward and gradients against independent oracles.
 #include <gtest/gtest.h>
 
+#include "../src/ops/cpu/aib_scan_kernel.h"
 #include "seqmix/ops/aib_scan.h"
 #include "support/gradcheck.h"
 
@@ -166,8 +167,7 @@ double max_err(const at::Tensor& x, const at::Tensor& ref) {
   return (x.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
 }
 
-TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
-  const FusedCase& c = GetParam();
+void check_against_reference(const FusedCase& c) {
   AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
   const Inputs in64 = make_inputs(shape, at::kDouble, 7);
   const at::Tensor go64 = at::randn({c.B, c.L, c.D}, at::kDouble);
@@ -178,7 +178,8 @@ TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
     EXPECT_LT(max_err(f.o, ref64.o), tol);
     EXPECT_LT(max_err(f.da, ref64.da), tol * 10);
     EXPECT_LT(max_err(f.dv, ref64.dv), tol * 10);
-    EXPECT_LT(max_err(f.dw, ref64.dw), tol * 100 * std::max(1.0, ref64.dw.abs().max().item<double>()));
+    EXPECT_LT(max_err(f.dw, ref64.dw),
+              tol * 100 * std::max(1.0, ref64.dw.abs().max().item<double>()));
     return;
   }
   Inputs in32{in64.a.to(at::kFloat), in64.v.to(at::kFloat), in64.w.to(at::kFloat), in64.mask};
@@ -196,6 +197,21 @@ TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
   check(f.dw, r.dw, ref64.dw, "dw");
 }
 
+// Both paths of the kernel: the plain-float fast path (taken for these well-scaled inputs)
+// and the shared-exponent path it falls back to.
+struct ExactPathGuard {
+  explicit ExactPathGuard(bool on) { seqmix::ops::cpu::aib_force_exact_path(on); }
+  ~ExactPathGuard() { seqmix::ops::cpu::aib_force_exact_path(false); }
+};
+
+TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
+  for (bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exponent path" : "fast path");
+    ExactPathGuard guard(exact);
+    check_against_reference(GetParam());
+  }
+}
+
 TEST_P(AIBFusedCaseF64, GradientsMatchFiniteDifferences) {
   const FusedCase& c = GetParam();
   AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
@@ -206,7 +222,11 @@ TEST_P(AIBFusedCaseF64, GradientsMatchFiniteDifferences) {
   auto f = [&](const std::vector<at::Tensor>& x) {
     return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], in.mask, c.direction, c.weights);
   };
-  seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.L >= 1000 ? 16 : 32);
+  for (bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exponent path" : "fast path");
+    ExactPathGuard guard(exact);
+    seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.L >= 1000 ? 16 : 32);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, AIBFusedCase, ::testing::ValuesIn(fused_registry()),
@@ -224,8 +244,8 @@ at::Tensor log_space_oracle(const at::Tensor& a, const at::Tensor& v, const at::
   log_lag[0] = at::zeros_like(lw[0]);
   for (int64_t d = 1; d < L; ++d) {
     const int64_t low = d & -d;
-    log_lag[static_cast<size_t>(d)] =
-        log_lag[static_cast<size_t>(d - low)] + lw[__builtin_ctzll(static_cast<unsigned long long>(low))];
+    log_lag[static_cast<size_t>(d)] = log_lag[static_cast<size_t>(d - low)] +
+                                      lw[__builtin_ctzll(static_cast<unsigned long long>(low))];
   }
   at::Tensor ll = at::stack(log_lag, 0);  // [L, D]
   at::Tensor idx = at::arange(L);
@@ -256,8 +276,8 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
   for (auto dtype : {at::kFloat, at::kDouble}) {
     at::Tensor af = a.to(dtype).requires_grad_(true), vf = v.to(dtype).requires_grad_(true);
     at::Tensor wf = w.to(dtype).requires_grad_(true);
-    at::Tensor o = seqmix::ops::aib_scan_fused(af, vf, wf, mask, AIBDirection::causal,
-                                               AIBWeights::prefix_exp);
+    at::Tensor o =
+        seqmix::ops::aib_scan_fused(af, vf, wf, mask, AIBDirection::causal, AIBWeights::prefix_exp);
     ASSERT_TRUE(at::isfinite(o).all().item<bool>()) << dtype;
     EXPECT_LT(max_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
     o.sum().backward();
@@ -305,9 +325,9 @@ TEST(AIBFused, NonContiguousInputsAndOddChannelCounts) {
   at::Tensor a = big.narrow(2, 0, 6).transpose(0, 0), v = big.narrow(2, 1, 6);  // strided
   at::Tensor w = at::randn({6, 6}, at::kDouble);
   for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional})
-    EXPECT_TRUE(at::allclose(
-        seqmix::ops::aib_scan_fused(a, v, w, {}, dir, AIBWeights::exp),
-        seqmix::ops::aib_scan_reference(a, v, w, {}, dir, AIBWeights::exp), 1e-10, 1e-10));
+    EXPECT_TRUE(at::allclose(seqmix::ops::aib_scan_fused(a, v, w, {}, dir, AIBWeights::exp),
+                             seqmix::ops::aib_scan_reference(a, v, w, {}, dir, AIBWeights::exp),
+                             1e-10, 1e-10));
   at::Tensor a3 = at::randn({1, 9, 3}, at::kDouble), v3 = at::randn({1, 9, 3}, at::kDouble);
   EXPECT_TRUE(at::allclose(
       seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, AIBDirection::causal,

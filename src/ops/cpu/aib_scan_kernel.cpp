@@ -2,6 +2,7 @@
 #include "aib_scan_kernel.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace seqmix::ops::cpu {
 
@@ -15,6 +16,13 @@ namespace seqmix::ops::cpu {
 SEQMIX_DECLARE_ISA(avx512)
 SEQMIX_DECLARE_ISA(base)
 #undef SEQMIX_DECLARE_ISA
+
+namespace {
+std::atomic<bool> g_force_exact{false};
+}  // namespace
+
+void aib_force_exact_path(bool exact) { g_force_exact.store(exact); }
+bool aib_exact_path_forced() { return g_force_exact.load(std::memory_order_relaxed); }
 
 bool aib_kernel_uses_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&

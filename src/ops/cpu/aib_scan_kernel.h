@@ -66,6 +66,11 @@ void aib_scan_forward(const AIBScanParams<T>& p, int64_t begin, int64_t end, voi
 template <typename T>
 void aib_scan_backward(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch);
 
+/// Testing/benchmarking aid: with `exact` set, every block takes the exponent path, never the
+/// plain-float fast path (process-wide; off by default).
+void aib_force_exact_path(bool exact);
+bool aib_exact_path_forced();
+
 /// True if the AVX-512 build of the kernels is in use on this CPU.
 bool aib_kernel_uses_avx512();
 

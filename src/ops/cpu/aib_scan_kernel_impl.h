@@ -3,8 +3,10 @@
 // Plain C++ with GCC vector extensions (one 64-byte vector = one channel block), so the same
 // source becomes AVX-512 or SSE2 code. No LibTorch headers: this file compiles in a second.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -27,7 +29,8 @@ struct Traits<float> {
   static constexpr int N = 16;
   static constexpr int32_t kBias = 127;  // 2^-127 has all-zero bits: +0.0
   static constexpr int kMantBits = 23;
-  static constexpr int kExpTerms = 11;     // Taylor terms of exp on (-ln 2, ln 2): error < 1e-9
+  static constexpr int kSafeExp = 100;     // fast path: every sum stays below 2^kSafeExp
+  static constexpr int kTinyExp = -60;     // fast path: every live U stays above 2^kTinyExp
   static constexpr float kMaxT = 1 << 20;  // |A log2 e| clamp before the integer conversion
 };
 
@@ -39,7 +42,8 @@ struct Traits<double> {
   static constexpr int N = 8;
   static constexpr int64_t kBias = 1023;
   static constexpr int kMantBits = 52;
-  static constexpr int kExpTerms = 19;  // error < 1e-19
+  static constexpr int kSafeExp = 1000;
+  static constexpr int kTinyExp = -900;
   static constexpr double kMaxT = 1 << 20;
 };
 
@@ -93,7 +97,9 @@ inline V<T> scale(V<T> m, I<T> k) {
   return m * pow2_clamped<T>(k1) * pow2_clamped<T>(k - k1);
 }
 
-// exp(x) = m * 2^k with m in (1/2, 2): the exponent is kept apart, so nothing overflows.
+// exp(x) = m * 2^k with m in [0.7, 1.42]: the exponent is kept apart, so nothing overflows.
+// k = round(x log2 e); m = exp(f ln 2) for |f| <= 1/2 by a polynomial (Cephes expf's for
+// float, ~1 ulp; a 14-term Taylor series for double, error < 1e-17).
 template <typename T>
 inline void exp_split(V<T> x, V<T>& m, I<T>& k) {
   constexpr T log2e = static_cast<T>(1.4426950408889634073599);
@@ -102,11 +108,21 @@ inline void exp_split(V<T> x, V<T>& m, I<T>& k) {
   const V<T> hi = splat<T>(Traits<T>::kMaxT);
   t = t > hi ? hi : t;
   t = t < -hi ? -hi : t;
-  k = __builtin_convertvector(t, I<T>);                         // truncation toward zero
-  const V<T> f = (t - __builtin_convertvector(k, V<T>)) * ln2;  // |f| < ln 2
-  V<T> r = splat<T>(1);
-  for (int n = Traits<T>::kExpTerms; n >= 1; --n) r = splat<T>(1) + f * r * (T(1) / T(n));
-  m = r;
+  k = __builtin_convertvector(t + (t >= splat<T>(0) ? splat<T>(T(0.5)) : splat<T>(T(-0.5))), I<T>);
+  const V<T> f = (t - __builtin_convertvector(k, V<T>)) * ln2;  // |f| <= ln2 / 2
+  if constexpr (std::is_same_v<T, float>) {
+    V<T> p = splat<T>(1.9875691500e-4f);
+    p = p * f + 1.3981999507e-3f;
+    p = p * f + 8.3334519073e-3f;
+    p = p * f + 4.1665795894e-2f;
+    p = p * f + 1.6666665459e-1f;
+    p = p * f + 5.0000001201e-1f;
+    m = splat<T>(1) + f + f * f * p;
+  } else {
+    V<T> r = splat<T>(1);
+    for (int n = 14; n >= 1; --n) r = splat<T>(1) + f * r * (T(1) / T(n));
+    m = r;
+  }
 }
 
 // Loads/stores n <= N lanes; the full-width case has a constant size, so it compiles to one
@@ -351,6 +367,173 @@ void backward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void
   }
 }
 
+// ---- Fast path: plain floating point, E = exp(A - max A). Exact arithmetic as the exponent
+// path, valid when (checked up front) no sum can overflow: sum_j max(0, log W_j) plus
+// log2 L, log2 max|V| (and log2 max|dO| in backward) stay below kSafeExp, and (checked after
+// the levels) no live U fell below 2^kTinyExp. Otherwise the block reruns on the exponent
+// path. Dense [1, L, N] problems only (a staged block).
+
+template <typename T>
+struct FastSetup {
+  V<T> W[64];  // plain distance weights per level
+  V<T> amax;   // max A over valid positions (0 for lanes with none)
+  bool ok = true;
+};
+
+template <typename T>
+FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L;
+  FastSetup<T> f;
+  V<T> pos{};
+  for (int64_t j = 0; j < p.K; ++j) {
+    const V<T> lw = load(p.lw + j * N, N);
+    V<T> m;
+    I<T> k;
+    exp_split<T>(lw, m, k);
+    f.W[j] = scale<T>(m, k);
+    pos += lw > splat<T>(0) ? lw : V<T>{};
+  }
+  V<T> amax = splat<T>(-std::numeric_limits<T>::max()), vmax{}, gmax{};
+  for (int64_t q = 0; q < L; ++q) {
+    if (p.mask && !p.mask[q]) continue;
+    const V<T> a = load(p.a + q * N, N), v = load(p.v + q * N, N);
+    amax = a > amax ? a : amax;
+    const V<T> av = v < splat<T>(0) ? -v : v;
+    vmax = av > vmax ? av : vmax;
+    if (with_grad) {
+      const V<T> g = load(p.grad_o + q * N, N);
+      const V<T> ag = g < splat<T>(0) ? -g : g;
+      gmax = ag > gmax ? ag : gmax;
+    }
+  }
+  for (int c = 0; c < N; ++c) {
+    if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = 0;
+    const double bits =
+        static_cast<double>(pos[c]) * 1.4426950408889634 + std::log2(static_cast<double>(L) + 1) +
+        std::log2(static_cast<double>(vmax[c]) + 1) +
+        (with_grad ? std::log2(static_cast<double>(gmax[c]) + 1) - Traits<T>::kTinyExp : 0.0);
+    if (!(bits < Traits<T>::kSafeExp) || !std::isfinite(static_cast<double>(amax[c]))) f.ok = false;
+  }
+  f.amax = amax;
+  return f;
+}
+
+template <typename T>
+inline bool live_u_above_tiny(const AIBScanParams<T>& p, const V<T>* u) {
+  const V<T> tiny = splat<T>(std::ldexp(T(1), Traits<T>::kTinyExp));
+  for (int64_t q = 0; q < p.L; ++q) {
+    if (p.mask && !p.mask[q]) continue;
+    const auto low = u[q] < tiny;
+    for (int c = 0; c < Traits<T>::N; ++c)
+      if (low[c]) return false;
+  }
+  return true;
+}
+
+template <typename T>
+inline void fast_level0(const AIBScanParams<T>& p, const FastSetup<T>& f, V<T>* h, V<T>* u) {
+  constexpr int64_t N = Traits<T>::N;
+  for (int64_t q = 0; q < p.L; ++q) {
+    if (p.mask && !p.mask[q]) {
+      h[q] = V<T>{};
+      u[q] = V<T>{};
+      continue;
+    }
+    V<T> m;
+    I<T> k;
+    exp_split<T>(load(p.a + q * N, N) - f.amax, m, k);
+    const V<T> e = m * pow2_nonpos<T>(k);  // k <= 0: E <= 1
+    h[q] = e * load(p.v + q * N, N);
+    u[q] = e;
+  }
+}
+
+template <typename T>
+bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L;
+  const FastSetup<T> f = fast_setup(p, false);
+  if (!f.ok) return false;
+  V<T>* h = static_cast<V<T>*>(scratch);
+  V<T>* u = h + L;
+  fast_level0(p, f, h, u);
+  for (int64_t j = 0; j < p.K; ++j) {
+    const int64_t s = int64_t{1} << j;
+    const V<T> w = f.W[j];
+    for (int64_t q = L - 1; q >= s; --q) {  // descending: [q - s] is still the previous level
+      h[q] += w * h[q - s];
+      u[q] += w * u[q - s];
+    }
+  }
+  if (!live_u_above_tiny(p, u)) return false;
+  for (int64_t q = 0; q < L; ++q) {
+    const bool valid = !p.mask || p.mask[q];
+    V<T> o = h[q] / u[q];
+    o = u[q] > splat<T>(0) ? o : V<T>{};
+    store(p.o + q * N, valid ? o : V<T>{}, N);
+  }
+  return true;
+}
+
+template <typename T>
+bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L, K = p.K;
+  const FastSetup<T> f = fast_setup(p, true);
+  if (!f.ok) return false;
+  // Snapshot j (the state before level j): h at [2 j L], u at [(2 j + 1) L]; adjoints after.
+  V<T>* base = static_cast<V<T>*>(scratch);
+  auto H = [&](int64_t j) { return base + 2 * j * L; };
+  auto U = [&](int64_t j) { return base + (2 * j + 1) * L; };
+  V<T>* r = base + 2 * (K + 1) * L;  // dL/dH
+  V<T>* k = r + L;                   // dL/dU
+  fast_level0(p, f, H(0), U(0));
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t s = int64_t{1} << j;
+    const V<T> w = f.W[j];
+    const V<T>*xh = H(j), *xu = U(j);
+    V<T>*yh = H(j + 1), *yu = U(j + 1);
+    std::memcpy(yh, xh, sizeof(V<T>) * static_cast<size_t>(s));
+    std::memcpy(yu, xu, sizeof(V<T>) * static_cast<size_t>(s));
+    for (int64_t q = s; q < L; ++q) {
+      yh[q] = xh[q] + w * xh[q - s];
+      yu[q] = xu[q] + w * xu[q - s];
+    }
+  }
+  const V<T>*fh = H(K), *fu = U(K);
+  if (!live_u_above_tiny(p, fu)) return false;
+  for (int64_t q = 0; q < L; ++q) {
+    const bool valid = !p.mask || p.mask[q];
+    const auto live = fu[q] > splat<T>(0);
+    const V<T> g = valid ? load(p.grad_o + q * N, N) : V<T>{};
+    const V<T> inv = splat<T>(1) / fu[q];
+    r[q] = live ? g * inv : V<T>{};
+    k[q] = live ? -g * fh[q] * inv * inv : V<T>{};
+  }
+  for (int64_t j = K - 1; j >= 0; --j) {
+    const int64_t s = int64_t{1} << j;
+    const V<T> w = f.W[j];
+    const V<T>*xh = H(j), *xu = U(j);
+    VD<T> acc{};
+    for (int64_t q = s; q < L; ++q)
+      acc += __builtin_convertvector((r[q] * xh[q - s] + k[q] * xu[q - s]) * w, VD<T>);
+    for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
+    for (int64_t q = 0; q + s < L; ++q) {  // ascending: [q + s] is still the later level
+      r[q] += w * r[q + s];
+      k[q] += w * k[q + s];
+    }
+  }
+  const V<T>* e0 = U(0);
+  for (int64_t q = 0; q < L; ++q) {
+    const bool valid = !p.mask || p.mask[q];
+    const V<T> v = load(p.v + q * N, N);
+    store(p.grad_v + q * N, valid ? r[q] * e0[q] : V<T>{}, N);
+    store(p.grad_a + q * N, valid ? e0[q] * (k[q] + v * r[q]) : V<T>{}, N);
+  }
+  return true;
+}
+
 // ---- Channel groups. A channel block of one sequence is one cache line per position, D
 // elements apart, and reading it straight from [B, L, D] is latency-bound (measured: more
 // time than all the levels). So a work item is a group of up to aib_group_blocks() blocks:
@@ -465,7 +648,8 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
       q.a = st.x0 + k * L * N;
       q.v = st.x1 + k * L * N;
       q.o = st.x0 + k * L * N;  // A is read in full before O is written
-      forward_blocks(q, 0, 1, block_scratch);
+      if (aib_exact_path_forced() || !forward_block_fast(q, block_scratch))
+        forward_blocks(q, 0, 1, block_scratch);
     }
     stage_out(st.x0, p.o, g, L, p.D, N);
   }
@@ -493,7 +677,8 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       q.grad_a = st.x0 + k * L * N;  // A is read only when the levels are rebuilt, first
       q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
       q.grad_lw = glw.data() + k * K * N;
-      backward_blocks(q, 0, 1, block_scratch);
+      if (aib_exact_path_forced() || !backward_block_fast(q, block_scratch))
+        backward_blocks(q, 0, 1, block_scratch);
     }
     stage_out(st.x0, p.grad_a, g, L, p.D, N);
     stage_out(st.x2, p.grad_v, g, L, p.D, N);
