@@ -375,8 +375,9 @@ void backward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void
 
 template <typename T>
 struct FastSetup {
-  V<T> W[64];  // plain distance weights per level
-  V<T> amax;   // max A over valid positions (0 for lanes with none)
+  V<T> W[64];                 // plain distance weights per level
+  V<T> amax;                  // max A over valid positions (0 for lanes with none)
+  double bits[Traits<T>::N];  // log2 bound on every sum before dividing by U
   bool ok = true;
 };
 
@@ -409,24 +410,32 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
   }
   for (int c = 0; c < N; ++c) {
     if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = 0;
-    const double bits =
-        static_cast<double>(pos[c]) * 1.4426950408889634 + std::log2(static_cast<double>(L) + 1) +
-        std::log2(static_cast<double>(vmax[c]) + 1) +
-        (with_grad ? std::log2(static_cast<double>(gmax[c]) + 1) - Traits<T>::kTinyExp : 0.0);
-    if (!(bits < Traits<T>::kSafeExp) || !std::isfinite(static_cast<double>(amax[c]))) f.ok = false;
+    // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|; in backward the
+    // adjoints are bounded by L a_max max|dO| / min U, checked once min U is known.
+    const double vg = static_cast<double>(with_grad ? std::max(vmax[c], gmax[c]) : vmax[c]);
+    f.bits[c] = static_cast<double>(pos[c]) * 1.4426950408889634 +
+                std::log2(static_cast<double>(L) + 1) + std::log2(vg + 1);
+    if (!(f.bits[c] < Traits<T>::kSafeExp) || !std::isfinite(static_cast<double>(amax[c])))
+      f.ok = false;
   }
   f.amax = amax;
   return f;
 }
 
+// After the levels: every live U must be above 2^kTinyExp (else precision is gone), and in
+// backward bits + log2(1 / min U) must stay below kSafeExp (the adjoints g / U then fit).
 template <typename T>
-inline bool live_u_above_tiny(const AIBScanParams<T>& p, const V<T>* u) {
-  const V<T> tiny = splat<T>(std::ldexp(T(1), Traits<T>::kTinyExp));
+inline bool u_range_ok(const AIBScanParams<T>& p, const FastSetup<T>& f, const V<T>* u,
+                       bool with_grad) {
+  V<T> umin = splat<T>(std::numeric_limits<T>::max());
   for (int64_t q = 0; q < p.L; ++q) {
     if (p.mask && !p.mask[q]) continue;
-    const auto low = u[q] < tiny;
-    for (int c = 0; c < Traits<T>::N; ++c)
-      if (low[c]) return false;
+    umin = u[q] < umin ? u[q] : umin;
+  }
+  for (int c = 0; c < Traits<T>::N; ++c) {
+    const double lo = static_cast<double>(umin[c]);
+    if (!(lo >= std::ldexp(1.0, Traits<T>::kTinyExp))) return false;
+    if (with_grad && !(f.bits[c] - std::log2(lo) < Traits<T>::kSafeExp)) return false;
   }
   return true;
 }
@@ -466,7 +475,7 @@ bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
       u[q] += w * u[q - s];
     }
   }
-  if (!live_u_above_tiny(p, u)) return false;
+  if (!u_range_ok(p, f, u, false)) return false;
   for (int64_t q = 0; q < L; ++q) {
     const bool valid = !p.mask || p.mask[q];
     V<T> o = h[q] / u[q];
@@ -502,7 +511,7 @@ bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
     }
   }
   const V<T>*fh = H(K), *fu = U(K);
-  if (!live_u_above_tiny(p, fu)) return false;
+  if (!u_range_ok(p, f, fu, true)) return false;
   for (int64_t q = 0; q < L; ++q) {
     const bool valid = !p.mask || p.mask[q];
     const auto live = fu[q] > splat<T>(0);
