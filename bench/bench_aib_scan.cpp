@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
+#include <thread>
+
 #include "../src/ops/cpu/aib_scan_kernel.h"
 #include "seqmix/ops/aib_scan.h"
 
@@ -80,6 +82,7 @@ void BM_KernelBackward1T(benchmark::State& state) {
 }
 
 void BM_OpForwardBackward(benchmark::State& state) {
+  at::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   const int64_t L = state.range(0);
   at::Tensor a = at::randn({kB, L, kD}).requires_grad_(true);
   at::Tensor v = at::randn({kB, L, kD}).requires_grad_(true);

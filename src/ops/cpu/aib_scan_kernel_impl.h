@@ -375,9 +375,8 @@ void backward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void
 
 template <typename T>
 struct FastSetup {
-  V<T> W[64];                 // plain distance weights per level
-  V<T> amax;                  // max A over valid positions (0 for lanes with none)
-  double bits[Traits<T>::N];  // log2 bound on every sum before dividing by U
+  V<T> W[64];  // plain distance weights per level
+  V<T> amax;   // max A over valid positions (0 for lanes with none)
   bool ok = true;
 };
 
@@ -395,11 +394,12 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
     f.W[j] = scale<T>(m, k);
     pos += lw > splat<T>(0) ? lw : V<T>{};
   }
-  V<T> amax = splat<T>(-std::numeric_limits<T>::max()), vmax{}, gmax{};
+  V<T> amax = splat<T>(-std::numeric_limits<T>::max()), amin = -amax, vmax{}, gmax{};
   for (int64_t q = 0; q < L; ++q) {
     if (p.mask && !p.mask[q]) continue;
     const V<T> a = load(p.a + q * N, N), v = load(p.v + q * N, N);
     amax = a > amax ? a : amax;
+    amin = a < amin ? a : amin;
     const V<T> av = v < splat<T>(0) ? -v : v;
     vmax = av > vmax ? av : vmax;
     if (with_grad) {
@@ -408,34 +408,34 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
       gmax = ag > gmax ? ag : gmax;
     }
   }
+  constexpr double log2e = 1.4426950408889634;
   for (int c = 0; c < N; ++c) {
-    if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = 0;
-    // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|; in backward the
-    // adjoints are bounded by L a_max max|dO| / min U, checked once min U is known.
-    const double vg = static_cast<double>(with_grad ? std::max(vmax[c], gmax[c]) : vmax[c]);
-    f.bits[c] = static_cast<double>(pos[c]) * 1.4426950408889634 +
-                std::log2(static_cast<double>(L) + 1) + std::log2(vg + 1);
-    if (!(f.bits[c] < Traits<T>::kSafeExp) || !std::isfinite(static_cast<double>(amax[c])))
+    if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = amin[c] = 0;
+    // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|.
+    const double sums = static_cast<double>(pos[c]) * log2e +
+                        std::log2(static_cast<double>(L) + 1) +
+                        std::log2(static_cast<double>(vmax[c]) + 1);
+    // Adjoints: a_{i-j} / U_i <= 1 / E_j, so |dL/dH_j| <= L max|dO| / min E.
+    const double adjoints = std::log2(static_cast<double>(L) + 1) +
+                            std::log2(static_cast<double>(gmax[c]) + 1) +
+                            static_cast<double>(amax[c] - amin[c]) * log2e;
+    if (!(sums < Traits<T>::kSafeExp) || (with_grad && !(adjoints < Traits<T>::kSafeExp)) ||
+        !std::isfinite(static_cast<double>(amax[c])))
       f.ok = false;
   }
   f.amax = amax;
   return f;
 }
 
-// After the levels: every live U must be above 2^kTinyExp (else precision is gone), and in
-// backward bits + log2(1 / min U) must stay below kSafeExp (the adjoints g / U then fit).
+// After the levels: every live U must be above 2^kTinyExp, or too much precision is gone.
 template <typename T>
-inline bool u_range_ok(const AIBScanParams<T>& p, const FastSetup<T>& f, const V<T>* u,
-                       bool with_grad) {
-  V<T> umin = splat<T>(std::numeric_limits<T>::max());
+inline bool u_range_ok(const AIBScanParams<T>& p, const V<T>* u) {
+  const V<T> tiny = splat<T>(std::ldexp(T(1), Traits<T>::kTinyExp));
   for (int64_t q = 0; q < p.L; ++q) {
     if (p.mask && !p.mask[q]) continue;
-    umin = u[q] < umin ? u[q] : umin;
-  }
-  for (int c = 0; c < Traits<T>::N; ++c) {
-    const double lo = static_cast<double>(umin[c]);
-    if (!(lo >= std::ldexp(1.0, Traits<T>::kTinyExp))) return false;
-    if (with_grad && !(f.bits[c] - std::log2(lo) < Traits<T>::kSafeExp)) return false;
+    const auto low = u[q] < tiny;
+    for (int c = 0; c < Traits<T>::N; ++c)
+      if (low[c]) return false;
   }
   return true;
 }
@@ -475,7 +475,7 @@ bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
       u[q] += w * u[q - s];
     }
   }
-  if (!u_range_ok(p, f, u, false)) return false;
+  if (!u_range_ok(p, u)) return false;
   for (int64_t q = 0; q < L; ++q) {
     const bool valid = !p.mask || p.mask[q];
     V<T> o = h[q] / u[q];
@@ -511,7 +511,7 @@ bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
     }
   }
   const V<T>*fh = H(K), *fu = U(K);
-  if (!u_range_ok(p, f, fu, true)) return false;
+  if (!u_range_ok(p, fu)) return false;
   for (int64_t q = 0; q < L; ++q) {
     const bool valid = !p.mask || p.mask[q];
     const auto live = fu[q] > splat<T>(0);
@@ -526,7 +526,7 @@ bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
     const V<T>*xh = H(j), *xu = U(j);
     VD<T> acc{};
     for (int64_t q = s; q < L; ++q)
-      acc += __builtin_convertvector((r[q] * xh[q - s] + k[q] * xu[q - s]) * w, VD<T>);
+      acc += __builtin_convertvector(r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w), VD<T>);
     for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
     for (int64_t q = 0; q + s < L; ++q) {  // ascending: [q + s] is still the later level
       r[q] += w * r[q + s];
