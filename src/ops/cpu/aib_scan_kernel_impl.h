@@ -411,15 +411,19 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
   constexpr double log2e = 1.4426950408889634;
   for (int c = 0; c < N; ++c) {
     if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = amin[c] = 0;
-    // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|.
+    // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|. O is unchanged by
+    // a constant factor on E, so when that bound gets near the float range, E is scaled
+    // down by 2^shift instead of giving up (u_range_ok still guards the small end).
     const double sums = static_cast<double>(pos[c]) * log2e +
                         std::log2(static_cast<double>(L) + 1) +
                         std::log2(static_cast<double>(vmax[c]) + 1);
+    const double shift = std::max(0.0, sums - (Traits<T>::kSafeExp - 20));
     // Adjoints: a_{i-j} / U_i <= 1 / E_j, so |dL/dH_j| <= L max|dO| / min E.
     const double adjoints = std::log2(static_cast<double>(L) + 1) +
                             std::log2(static_cast<double>(gmax[c]) + 1) +
-                            static_cast<double>(amax[c] - amin[c]) * log2e;
-    if (!(sums < Traits<T>::kSafeExp) || (with_grad && !(adjoints < Traits<T>::kSafeExp)) ||
+                            static_cast<double>(amax[c] - amin[c]) * log2e + shift;
+    amax[c] += static_cast<T>(shift / log2e);
+    if ((with_grad && !(adjoints < Traits<T>::kSafeExp)) ||
         !std::isfinite(static_cast<double>(amax[c])))
       f.ok = false;
   }
