@@ -6,15 +6,18 @@
 // (log W: level j multiplies distance 2^j by exp(lw[j])); mask is [B, L] (1 = valid) or null.
 //
 // Method (see include/seqmix/ops/aib_scan.h for the contract):
-// * A block of kLanes channels of one sequence is copied into a [L][kLanes] scratch buffer and
-//   all ceil(log2 L) levels of the scan run on it while it sits in cache; threads take
-//   (batch, channel block) work items.
-// * Every running sum is kept as a mantissa pair (h = E V, u = E) with one shared power-of-two
-//   exponent per position and channel. Adding two terms rescales the smaller one by 2^-(gap)
-//   (exponent arithmetic, no exp per level), so neither exp(A) nor products of large distance
-//   weights can overflow, and terms that are negligible flush to zero instead of overflowing.
-//   exp is evaluated once per element, when A enters the buffer. O = h / u: the shared
-//   exponent cancels.
+// * Work items are (batch, group of up to 8 channel blocks of kLanes channels); threads take
+//   items. A group's rows are copied in contiguous runs into [block][L][kLanes] staging
+//   (reversed for the suffix half of the bidirectional form), so each block is a dense causal
+//   problem whose ceil(log2 L) levels run while it sits in cache.
+// * Fast path: plain floating point with E = exp(A - max A) (scaled down further when the
+//   distance weights are large), taken when bounds computed per block show that no sum can
+//   overflow, and kept only if no live U fell below 2^-60 (float) afterwards.
+// * Exponent path (fallback, always exact): every running sum is a mantissa pair (h = E V,
+//   u = E) with one shared power-of-two exponent per position and channel; adding two terms
+//   rescales the smaller by 2^-(gap) with exponent arithmetic, so neither exp(A) nor products
+//   of large distance weights can overflow, and negligible terms flush to zero. O = h / u:
+//   the shared exponent cancels. Short shifts run tile by tile in L1.
 // * Backward recomputes the forward levels (keeping the K + 1 level snapshots of one block in
 //   the scratch buffer, O(L K kLanes) per thread), then runs the transposed scan on the output
 //   adjoints in the same representation, accumulating d lw per level in double precision.

@@ -157,24 +157,6 @@ inline void combine(V<T>& ha, V<T>& ua, I<T>& ea, V<T> hb, V<T> ub, I<T> eb, V<T
   ea = e;
 }
 
-struct Item {
-  int64_t b, c0, nc;
-  bool rev;
-};
-
-inline Item item_of(int64_t item, int64_t D, bool bidir, int64_t N) {
-  const int64_t halves = bidir ? 2 : 1, hd = D / halves;
-  const int64_t nb = (hd + N - 1) / N;
-  Item it;
-  it.b = item / (halves * nb);
-  const int64_t r = item % (halves * nb);
-  const int64_t half = r / nb, blk = r % nb;
-  it.c0 = half * hd + blk * N;
-  it.nc = std::min<int64_t>(N, hd - blk * N);
-  it.rev = half == 1;
-  return it;
-}
-
 // One [L][N] block of running sums (h = sum a_d E V, u = sum a_d E) * 2^e in the scratch
 // buffer; block j of the backward pass holds the state before level j.
 template <typename T>
@@ -191,13 +173,12 @@ inline Block<T> block_at(void* base, int64_t index, int64_t L) {
 }
 
 template <typename T>
-void load_level0(const AIBScanParams<T>& p, const Item& it, Block<T> x) {
-  const int64_t L = p.L, D = p.D;
+void load_level0(const AIBScanParams<T>& p, Block<T> x) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L;
   for (int64_t q = 0; q < L; ++q) {
-    const int64_t i = it.rev ? L - 1 - q : q;
-    const int64_t off = (it.b * L + i) * D + it.c0;
-    const bool valid = !p.mask || p.mask[it.b * L + i];
-    if (!valid) {
+    const int64_t off = q * N;
+    if (p.mask && !p.mask[q]) {
       x.h[q] = V<T>{};
       x.u[q] = V<T>{};
       x.e[q] = isplat<T>(kSentinel);
@@ -205,22 +186,16 @@ void load_level0(const AIBScanParams<T>& p, const Item& it, Block<T> x) {
     }
     V<T> m;
     I<T> k;
-    exp_split<T>(load(p.a + off, it.nc), m, k);
-    x.h[q] = m * load(p.v + off, it.nc);
+    exp_split<T>(load(p.a + off, N), m, k);
+    x.h[q] = m * load(p.v + off, N);
     x.u[q] = m;
     x.e[q] = k;
   }
 }
 
 template <typename T>
-void level_weight(const AIBScanParams<T>& p, const Item& it, int64_t j, V<T>& wm, I<T>& we) {
-  exp_split<T>(load(p.lw + j * p.D + it.c0, it.nc), wm, we);
-}
-
-inline int64_t levels_for(int64_t L) {
-  int64_t k = 0;
-  while ((int64_t{1} << k) < L) ++k;
-  return k;
+void level_weight(const AIBScanParams<T>& p, int64_t j, V<T>& wm, I<T>& we) {
+  exp_split<T>(load(p.lw + j * Traits<T>::N, Traits<T>::N), wm, we);
 }
 
 // Levels with a shift of at most kTile positions run tile by tile: every such level is
@@ -241,129 +216,120 @@ inline void copy_slots(Block<T> dst, int64_t d0, Block<T> src, int64_t s0, int64
   std::memcpy(dst.e + d0, src.e + s0, sizeof(I<T>) * static_cast<size_t>(n));
 }
 
+// The exponent path for one staged block: a dense [1, L, N] problem (row stride N, mask and
+// log weights staged alike; see forward_items).
 template <typename T>
-void forward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
-  const int64_t L = p.L, D = p.D, N = Traits<T>::N;
+void forward_block_exact(const AIBScanParams<T>& p, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L;
   const int64_t tiled = std::min<int64_t>(p.K, kTiledLevels);
   V<T> wm[64];
   I<T> we[64];
-  for (int64_t item = begin; item < end; ++item) {
-    const Item it = item_of(item, D, p.bidirectional, N);
-    Block<T> x = block_at<T>(scratch, 0, L);
-    // Two halo regions (this tile's and the next one's), level j at offset 2^j - 1.
-    auto* halo_base = static_cast<V<T>*>(scratch) + 3 * L;
-    Block<T> halo[2] = {block_at<T>(halo_base, 0, kHaloCap), block_at<T>(halo_base, 1, kHaloCap)};
-    load_level0(p, it, x);
-    for (int64_t j = 0; j < p.K; ++j) level_weight(p, it, j, wm[j], we[j]);
-    int cur = 0;
-    for (int64_t t0 = 0; t0 < L; t0 += kTile) {
-      const int64_t t1 = std::min(L, t0 + kTile);
-      for (int64_t j = 0; j < tiled; ++j) {
-        const int64_t s = int64_t{1} << j, off = s - 1;
-        if (t1 < L) copy_slots(halo[1 - cur], off, x, t1 - s, s);  // for the next tile
-        for (int64_t q = t1 - 1; q >= std::max(t0 + s, s); --q)
-          combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
-        if (t0 > 0) {
-          const Block<T> hb = halo[cur];
-          for (int64_t q = std::min(t1, t0 + s) - 1; q >= t0; --q) {
-            const int64_t k = off + (q - s) - (t0 - s);
-            combine<T>(x.h[q], x.u[q], x.e[q], hb.h[k], hb.u[k], hb.e[k], wm[j], we[j]);
-          }
+  Block<T> x = block_at<T>(scratch, 0, L);
+  // Two halo regions (this tile's and the next one's), level j at offset 2^j - 1.
+  auto* halo_base = static_cast<V<T>*>(scratch) + 3 * L;
+  Block<T> halo[2] = {block_at<T>(halo_base, 0, kHaloCap), block_at<T>(halo_base, 1, kHaloCap)};
+  load_level0(p, x);
+  for (int64_t j = 0; j < p.K; ++j) level_weight(p, j, wm[j], we[j]);
+  int cur = 0;
+  for (int64_t t0 = 0; t0 < L; t0 += kTile) {
+    const int64_t t1 = std::min(L, t0 + kTile);
+    for (int64_t j = 0; j < tiled; ++j) {
+      const int64_t s = int64_t{1} << j, off = s - 1;
+      if (t1 < L) copy_slots(halo[1 - cur], off, x, t1 - s, s);  // for the next tile
+      for (int64_t q = t1 - 1; q >= std::max(t0 + s, s); --q)
+        combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
+      if (t0 > 0) {
+        const Block<T> hb = halo[cur];
+        for (int64_t q = std::min(t1, t0 + s) - 1; q >= t0; --q) {
+          const int64_t k = off + (q - s) - (t0 - s);
+          combine<T>(x.h[q], x.u[q], x.e[q], hb.h[k], hb.u[k], hb.e[k], wm[j], we[j]);
         }
       }
-      cur = 1 - cur;
     }
-    for (int64_t j = tiled; j < p.K; ++j) {
-      const int64_t s = int64_t{1} << j;
-      // Descending, so x[q - s] still holds the previous level when it is read.
-      for (int64_t q = L - 1; q >= s; --q)
-        combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
-    }
-    for (int64_t q = 0; q < L; ++q) {
-      const int64_t i = it.rev ? L - 1 - q : q;
-      const bool valid = !p.mask || p.mask[it.b * L + i];
-      const V<T> u = x.u[q];
-      V<T> o = x.h[q] / u;
-      o = u > splat<T>(0) ? o : V<T>{};
-      store(p.o + (it.b * L + i) * D + it.c0, valid ? o : V<T>{}, it.nc);
-    }
+    cur = 1 - cur;
+  }
+  for (int64_t j = tiled; j < p.K; ++j) {
+    const int64_t s = int64_t{1} << j;
+    // Descending, so x[q - s] still holds the previous level when it is read.
+    for (int64_t q = L - 1; q >= s; --q)
+      combine<T>(x.h[q], x.u[q], x.e[q], x.h[q - s], x.u[q - s], x.e[q - s], wm[j], we[j]);
+  }
+  for (int64_t q = 0; q < L; ++q) {
+    const bool valid = !p.mask || p.mask[q];
+    const V<T> u = x.u[q];
+    V<T> o = x.h[q] / u;
+    o = u > splat<T>(0) ? o : V<T>{};
+    store(p.o + q * N, valid ? o : V<T>{}, N);
   }
 }
 
 template <typename T>
-void backward_blocks(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
-  const int64_t L = p.L, D = p.D, K = p.K, N = Traits<T>::N;
-  for (int64_t item = begin; item < end; ++item) {
-    const Item it = item_of(item, D, p.bidirectional, N);
-    // Recompute the forward levels, keeping each one: snapshot j is the state before level j.
-    load_level0(p, it, block_at<T>(scratch, 0, L));
-    for (int64_t j = 0; j < K; ++j) {
-      const int64_t s = int64_t{1} << j;
-      V<T> wm;
-      I<T> we;
-      level_weight(p, it, j, wm, we);
-      const Block<T> x = block_at<T>(scratch, j, L), y = block_at<T>(scratch, j + 1, L);
-      std::memcpy(y.h, x.h, sizeof(V<T>) * static_cast<size_t>(s));
-      std::memcpy(y.u, x.u, sizeof(V<T>) * static_cast<size_t>(s));
-      std::memcpy(y.e, x.e, sizeof(I<T>) * static_cast<size_t>(s));
-      for (int64_t q = s; q < L; ++q) {
-        V<T> h = x.h[q], u = x.u[q];
-        I<T> e = x.e[q];
-        combine<T>(h, u, e, x.h[q - s], x.u[q - s], x.e[q - s], wm, we);
-        y.h[q] = h;
-        y.u[q] = u;
-        y.e[q] = e;
-      }
+void backward_block_exact(const AIBScanParams<T>& p, void* scratch) {
+  constexpr int64_t N = Traits<T>::N;
+  const int64_t L = p.L, K = p.K;
+  // Recompute the forward levels, keeping each one: snapshot j is the state before level j.
+  load_level0(p, block_at<T>(scratch, 0, L));
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t s = int64_t{1} << j;
+    V<T> wm;
+    I<T> we;
+    level_weight(p, j, wm, we);
+    const Block<T> x = block_at<T>(scratch, j, L), y = block_at<T>(scratch, j + 1, L);
+    copy_slots(y, 0, x, 0, s);
+    for (int64_t q = s; q < L; ++q) {
+      V<T> h = x.h[q], u = x.u[q];
+      I<T> e = x.e[q];
+      combine<T>(h, u, e, x.h[q - s], x.u[q - s], x.e[q - s], wm, we);
+      y.h[q] = h;
+      y.u[q] = u;
+      y.e[q] = e;
     }
-    // Output adjoints: dL/dH = g / U, dL/dU = -g O / U, as mantissas (r, k) * 2^f, f = -e.
-    const Block<T> fin = block_at<T>(scratch, K, L);
-    const Block<T> adj = block_at<T>(scratch, K + 1, L);  // h: r, u: k, e: f
-    for (int64_t q = 0; q < L; ++q) {
-      const int64_t i = it.rev ? L - 1 - q : q;
-      const bool valid = !p.mask || p.mask[it.b * L + i];
-      const V<T> u = fin.u[q];
-      const auto live = u > splat<T>(0);
-      const V<T> g = valid ? load(p.grad_o + (it.b * L + i) * D + it.c0, it.nc) : V<T>{};
-      const V<T> o = fin.h[q] / u;
-      adj.h[q] = live ? g / u : V<T>{};
-      adj.u[q] = live ? -g * o / u : V<T>{};
-      adj.e[q] = live ? -fin.e[q] : isplat<T>(kSentinel);
+  }
+  // Output adjoints: dL/dH = g / U, dL/dU = -g O / U, as mantissas (r, k) * 2^f, f = -e.
+  const Block<T> fin = block_at<T>(scratch, K, L);
+  const Block<T> adj = block_at<T>(scratch, K + 1, L);  // h: r, u: k, e: f
+  for (int64_t q = 0; q < L; ++q) {
+    const bool valid = !p.mask || p.mask[q];
+    const V<T> u = fin.u[q];
+    const auto live = u > splat<T>(0);
+    const V<T> g = valid ? load(p.grad_o + q * N, N) : V<T>{};
+    const V<T> o = fin.h[q] / u;
+    adj.h[q] = live ? g / u : V<T>{};
+    adj.u[q] = live ? -g * o / u : V<T>{};
+    adj.e[q] = live ? -fin.e[q] : isplat<T>(kSentinel);
+  }
+  // Transposed levels in reverse order; level j's weight gradient pairs the adjoint after
+  // level j with the forward state before it.
+  for (int64_t j = K - 1; j >= 0; --j) {
+    const int64_t s = int64_t{1} << j;
+    V<T> wm;
+    I<T> we;
+    level_weight(p, j, wm, we);
+    const Block<T> x = block_at<T>(scratch, j, L);
+    VD<T> acc{};
+    for (int64_t q = s; q < L; ++q) {
+      const V<T> t = (adj.h[q] * x.h[q - s] + adj.u[q] * x.u[q - s]) * wm;
+      acc += __builtin_convertvector(scale<T>(t, adj.e[q] + x.e[q - s] + we), VD<T>);
     }
-    // Transposed levels in reverse order; level j's weight gradient pairs the adjoint after
-    // level j with the forward state before it.
-    for (int64_t j = K - 1; j >= 0; --j) {
-      const int64_t s = int64_t{1} << j;
-      V<T> wm;
-      I<T> we;
-      level_weight(p, it, j, wm, we);
-      const Block<T> x = block_at<T>(scratch, j, L);
-      VD<T> acc{};
-      for (int64_t q = s; q < L; ++q) {
-        const V<T> t = (adj.h[q] * x.h[q - s] + adj.u[q] * x.u[q - s]) * wm;
-        acc += __builtin_convertvector(scale<T>(t, adj.e[q] + x.e[q - s] + we), VD<T>);
-      }
-      double* gl = p.grad_lw + (it.b * K + j) * D + it.c0;
-      for (int64_t c = 0; c < it.nc; ++c) gl[c] = acc[c];
-      // Ascending, so adj[q + s] still holds the later level when it is read.
-      for (int64_t q = 0; q + s < L; ++q)
-        combine<T>(adj.h[q], adj.u[q], adj.e[q], adj.h[q + s], adj.u[q + s], adj.e[q + s], wm, we);
+    for (int64_t c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
+    // Ascending, so adj[q + s] still holds the later level when it is read.
+    for (int64_t q = 0; q + s < L; ++q)
+      combine<T>(adj.h[q], adj.u[q], adj.e[q], adj.h[q + s], adj.u[q + s], adj.e[q + s], wm, we);
+  }
+  // dV = E dL/dH, dA = E (dL/dU + V dL/dH), with E = u0 * 2^e0 from snapshot 0.
+  const Block<T> x0 = block_at<T>(scratch, 0, L);
+  for (int64_t q = 0; q < L; ++q) {
+    const int64_t off = q * N;
+    if (p.mask && !p.mask[q]) {
+      store(p.grad_v + off, V<T>{}, N);
+      store(p.grad_a + off, V<T>{}, N);
+      continue;
     }
-    // dV = E dL/dH, dA = E (dL/dU + V dL/dH), with E = u0 * 2^e0 from snapshot 0.
-    const Block<T> x0 = block_at<T>(scratch, 0, L);
-    for (int64_t q = 0; q < L; ++q) {
-      const int64_t i = it.rev ? L - 1 - q : q;
-      const int64_t off = (it.b * L + i) * D + it.c0;
-      const bool valid = !p.mask || p.mask[it.b * L + i];
-      if (!valid) {
-        store(p.grad_v + off, V<T>{}, it.nc);
-        store(p.grad_a + off, V<T>{}, it.nc);
-        continue;
-      }
-      const I<T> ex = adj.e[q] + x0.e[q];
-      const V<T> v = load(p.v + off, it.nc);
-      store(p.grad_v + off, scale<T>(adj.h[q] * x0.u[q], ex), it.nc);
-      store(p.grad_a + off, scale<T>(x0.u[q] * (adj.u[q] + v * adj.h[q]), ex), it.nc);
-    }
+    const I<T> ex = adj.e[q] + x0.e[q];
+    const V<T> v = load(p.v + off, N);
+    store(p.grad_v + off, scale<T>(adj.h[q] * x0.u[q], ex), N);
+    store(p.grad_a + off, scale<T>(x0.u[q] * (adj.u[q] + v * adj.h[q]), ex), N);
   }
 }
 
@@ -662,7 +628,7 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
       q.v = st.x1 + k * L * N;
       q.o = st.x0 + k * L * N;  // A is read in full before O is written
       if (aib_exact_path_forced() || !forward_block_fast(q, block_scratch))
-        forward_blocks(q, 0, 1, block_scratch);
+        forward_block_exact(q, block_scratch);
     }
     stage_out(st.x0, p.o, g, L, p.D, N);
   }
@@ -691,7 +657,7 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
       q.grad_lw = glw.data() + k * K * N;
       if (aib_exact_path_forced() || !backward_block_fast(q, block_scratch))
-        backward_blocks(q, 0, 1, block_scratch);
+        backward_block_exact(q, block_scratch);
     }
     stage_out(st.x0, p.grad_a, g, L, p.D, N);
     stage_out(st.x2, p.grad_v, g, L, p.D, N);
