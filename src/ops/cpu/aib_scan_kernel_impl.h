@@ -494,14 +494,34 @@ bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
     const int64_t s = int64_t{1} << j;
     const V<T> w = f.W[j];
     const V<T>*xh = H(j), *xu = U(j);
+    // One ascending pass: the weight gradient reads r[q], k[q] before this level updates
+    // them, and the update reads [q + s], which this level has not reached yet. The ranges
+    // are split so the loops carry no branch; partial sums go to double every 64 positions.
     VD<T> acc{};
-    for (int64_t q = s; q < L; ++q)
-      acc += __builtin_convertvector(r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w), VD<T>);
-    for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
-    for (int64_t q = 0; q + s < L; ++q) {  // ascending: [q + s] is still the later level
+    auto update = [&](int64_t q) {
       r[q] += w * r[q + s];
       k[q] += w * k[q + s];
-    }
+    };
+    auto both = [&](int64_t a, int64_t b, bool upd) {
+      for (int64_t q0 = a; q0 < b; q0 += 64) {
+        V<T> part{};
+        const int64_t q1 = std::min(b, q0 + 64);
+        if (upd) {
+          for (int64_t q = q0; q < q1; ++q) {
+            part += r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w);
+            update(q);
+          }
+        } else {
+          for (int64_t q = q0; q < q1; ++q) part += r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w);
+        }
+        acc += __builtin_convertvector(part, VD<T>);
+      }
+    };
+    const int64_t split = std::max<int64_t>(s, L - s);
+    for (int64_t q = 0; q < std::min(s, L - s); ++q) update(q);  // no gradient term yet
+    both(s, L - s, true);                                        // empty unless 2 s < L
+    both(split, L, false);                                       // no update any more
+    for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
   }
   const V<T>* e0 = U(0);
   for (int64_t q = 0; q < L; ++q) {
