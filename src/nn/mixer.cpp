@@ -1,2 +1,8 @@
 #include "seqmix/nn/mixer.h"
-// MixerImpl is header-only; this unit keeps the interface's vtable anchored in the library.
+
+namespace seqmix::nn {
+
+// The out-of-line destructor is the interface's key function: its vtable lives in libseqmix.
+MixerImpl::~MixerImpl() = default;
+
+}  // namespace seqmix::nn

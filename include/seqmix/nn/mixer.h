@@ -22,6 +22,7 @@ struct MixerState {
 class MixerImpl : public torch::nn::Module {
  public:
   explicit MixerImpl(std::string name) : torch::nn::Module(std::move(name)) {}
+  ~MixerImpl() override;
   /// @param x    [B, L, D] input.
   /// @param mask [B, L] bool (true = valid) or undefined. Padded positions contribute nothing
   ///             to any output and their own outputs are finite.

@@ -47,8 +47,8 @@ int64_t aib_block_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t ele
                                 bool backward) {
   // Three [L][lanes] arrays (h, u, exponent) per block; backward keeps K + 1 level snapshots
   // and one block of adjoints.
-  // Forward: one block plus two halo regions of 256 positions for the tiled short levels.
-  if (!backward) return (L + 2 * 256) * 3 * lanes * elem_size;
+  // Forward: one block plus two halo regions for the tiled short levels.
+  if (!backward) return (L + 2 * aib_halo_positions()) * 3 * lanes * elem_size;
   return (K + 2) * 3 * L * lanes * elem_size;
 }
 

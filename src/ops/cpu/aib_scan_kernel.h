@@ -47,6 +47,9 @@ constexpr int64_t aib_lanes() {
   return 64 / static_cast<int64_t>(sizeof(T));
 }
 
+/// Positions in each of the two halo regions the forward's L1 tiles use (exponent path).
+constexpr int64_t aib_halo_positions() { return 256; }
+
 /// Channel blocks per work item (a group is staged together; see aib_scan_kernel_impl.h).
 constexpr int64_t aib_group_blocks() { return 8; }
 

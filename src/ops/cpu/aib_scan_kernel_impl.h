@@ -208,6 +208,7 @@ constexpr int64_t kTileBits = 7;
 constexpr int64_t kTile = int64_t{1} << kTileBits;
 constexpr int64_t kTiledLevels = kTileBits + 1;  // shifts 1 .. kTile
 constexpr int64_t kHaloCap = int64_t{1} << kTiledLevels;
+static_assert(kHaloCap == aib_halo_positions(), "scratch sizing assumes this halo");
 
 template <typename T>
 inline void copy_slots(Block<T> dst, int64_t d0, Block<T> src, int64_t s0, int64_t n) {
@@ -333,11 +334,11 @@ void backward_block_exact(const AIBScanParams<T>& p, void* scratch) {
   }
 }
 
-// ---- Fast path: plain floating point, E = exp(A - max A). Exact arithmetic as the exponent
-// path, valid when (checked up front) no sum can overflow: sum_j max(0, log W_j) plus
-// log2 L, log2 max|V| (and log2 max|dO| in backward) stay below kSafeExp, and (checked after
-// the levels) no live U fell below 2^kTinyExp. Otherwise the block reruns on the exponent
-// path. Dense [1, L, N] problems only (a staged block).
+// ---- Fast path: plain floating point, E = exp(A - max A - shift). Same arithmetic as the
+// exponent path, valid when (checked up front, fast_setup) the bound on every sum, after E is
+// scaled down by 2^shift, and in backward the bound on every adjoint stay below 2^kSafeExp,
+// and (checked after the levels, u_range_ok) no live U fell below 2^kTinyExp. Otherwise the
+// block reruns on the exponent path. Dense [1, L, N] problems only (a staged block).
 
 template <typename T>
 struct FastSetup {
