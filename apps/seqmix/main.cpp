@@ -14,6 +14,7 @@
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/memory.h"
 
 namespace {
 
@@ -102,6 +103,7 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 }  // namespace
 
 int main(int argc, char** argv) {
+  seqmix::util::retain_freed_memory();
   CLI::App app{
       "seqmix: sub-quadratic sequence models (AIB/Weird attention, Transformer) -- "
       "train, evaluate, generate"};

@@ -3,7 +3,10 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <malloc.h>
+
 #include <atomic>
+#include <limits>
 
 namespace seqmix::util {
 
@@ -53,5 +56,12 @@ void install_memory_counter() {
 int64_t live_tensor_bytes() { return g_live.load(); }
 int64_t peak_tensor_bytes() { return g_peak.load(); }
 void reset_peak_tensor_bytes() { g_peak.store(g_live.load()); }
+
+void retain_freed_memory() {
+  // No mmap-backed chunks (they are unmapped on free and fault again on reuse), and no
+  // trimming of the heap top back to the system.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
 
 }  // namespace seqmix::util

@@ -17,4 +17,13 @@ int64_t peak_tensor_bytes();
 /// Starts a new peak window at the current live size.
 void reset_peak_tensor_bytes();
 
+/// Process-wide malloc policy for programs that allocate the same large tensors every step
+/// (training, benchmarks): glibc serves every request from its heap instead of fresh mmap
+/// regions and keeps freed memory for reuse, so a step's outputs do not pay the kernel's
+/// page-zeroing faults again each time (measured in docs/RESULTS.md: at B=4, L=4096, D=512
+/// those faults cost as much as the AIB scan itself). It plays the part of PyTorch's caching
+/// allocators; resident memory stays at the high-water mark. For executables only: a library
+/// should not change its host's allocator. Call once, before large allocations.
+void retain_freed_memory();
+
 }  // namespace seqmix::util

@@ -45,11 +45,11 @@ int64_t aib_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size
 
 int64_t aib_block_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t elem_size,
                                 bool backward) {
-  // Three [L][lanes] arrays (h, u, exponent) per block; backward keeps K + 1 level snapshots
-  // and one block of adjoints.
-  // Forward: one block plus two halo regions for the tiled short levels.
-  if (!backward) return (L + 2 * aib_halo_positions()) * 3 * lanes * elem_size;
-  return (K + 2) * 3 * L * lanes * elem_size;
+  // Exponent path: three [L][lanes] arrays (h, u, exponent) per block plus two halo regions
+  // (forward), or K + 1 level snapshots and one block of adjoints (backward). The fast path
+  // reuses the same buffer with its own layout; whichever is larger sets the size.
+  const int64_t exact = !backward ? (L + 2 * aib_halo_positions()) * 3 : (K + 2) * 3 * L;
+  return std::max(exact, aib_fast_layout(L, K, backward).total) * lanes * elem_size;
 }
 
 template <typename T>

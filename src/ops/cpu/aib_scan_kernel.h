@@ -50,6 +50,43 @@ constexpr int64_t aib_lanes() {
 /// Positions in each of the two halo regions the forward's L1 tiles use (exponent path).
 constexpr int64_t aib_halo_positions() { return 256; }
 
+/// Shape of the fast path's two phases for one block (see aib_scan_kernel_impl.h): the
+/// sequence, padded to R tiles of T = 2^m positions, runs the levels with shifts below T tile
+/// by tile, then the others as scans down the columns of the [R][T] grid, C columns at a time.
+struct AIBFastLayout {
+  int64_t m, T, R, Lp, nh, C;
+  bool backward;
+  // Offsets in vectors (one vector = one position of one channel block) into block scratch.
+  int64_t state, carry, chunk, tile, rcarry, total;
+};
+
+/// Positions per tile are 2^kAIBFastTileBits (at most).
+constexpr int64_t kAIBFastTileBits = 7;
+
+inline AIBFastLayout aib_fast_layout(int64_t L, int64_t K, bool backward) {
+  AIBFastLayout f{};
+  f.backward = backward;
+  f.m = K < kAIBFastTileBits ? K : kAIBFastTileBits;
+  f.T = int64_t{1} << f.m;
+  f.R = (L + f.T - 1) / f.T;
+  f.Lp = f.R * f.T;
+  f.nh = K - f.m;
+  // A chunk holds, per column, R positions of h and u (backward: nh + 1 level snapshots and
+  // the adjoints); sized to stay near L1 (forward) or well inside L2 (backward).
+  const int64_t per_col = 2 * f.R * (backward ? f.nh + 2 : 1);
+  const int64_t budget = backward ? 1024 : 512;
+  f.C = budget / per_col;
+  f.C = f.C < 1 ? 1 : (f.C > f.T ? f.T : f.C);
+  const int64_t slots = backward ? f.R : 2;  // backward keeps every tile's carries
+  f.state = 0;
+  f.carry = f.state + 2 * f.Lp;
+  f.chunk = f.carry + 2 * slots * f.T;
+  f.tile = f.chunk + per_col * f.C;
+  f.rcarry = f.tile + (backward ? 2 * (f.m + 1) * f.T : 0);
+  f.total = f.rcarry + (backward ? 4 * f.T : 0);
+  return f;
+}
+
 /// Channel blocks per work item (a group is staged together; see aib_scan_kernel_impl.h).
 constexpr int64_t aib_group_blocks() { return 8; }
 

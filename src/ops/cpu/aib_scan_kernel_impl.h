@@ -398,139 +398,280 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
   return f;
 }
 
-// After the levels: every live U must be above 2^kTinyExp, or too much precision is gone.
+// The fast path runs in two phases on the sequence padded to an [R][T] grid (T = 2^m
+// positions per tile; aib_fast_layout). The level operators I + W_j S^(2^j) commute, so the
+// levels may run in any order and grouping:
+// * Phase 1, tile by tile: E, E V and the m levels with shifts below T, while the tile is in
+//   L1. A tile reads the previous tile's last 2^j values of level j from a carry area,
+//   written before that tile advanced past level j.
+// * Phase 2, C columns at a time: the levels with shifts of T or more are scans down the
+//   columns of the grid (shift 2^j = 2^(j-m) rows), gathered into a dense chunk so all of
+//   them run in L1/L2 instead of streaming the whole block once per level; then the output.
+// Backward reverses this: phase 2 recomputes the column levels with snapshots, forms the
+// output adjoints and runs the transposed column levels; phase 1 then walks the tiles
+// backwards, recomputing each tile's levels from its stored carries and running the
+// transposed tile levels with carries from the following tile.
+
+// The lower bound on every live U, checked where U is final.
 template <typename T>
-inline bool u_range_ok(const AIBScanParams<T>& p, const V<T>* u) {
-  const V<T> tiny = splat<T>(std::ldexp(T(1), Traits<T>::kTinyExp));
-  for (int64_t q = 0; q < p.L; ++q) {
-    if (p.mask && !p.mask[q]) continue;
-    const auto low = u[q] < tiny;
-    for (int c = 0; c < Traits<T>::N; ++c)
-      if (low[c]) return false;
-  }
-  return true;
+inline V<T> fast_tiny() {
+  return splat<T>(std::ldexp(T(1), Traits<T>::kTinyExp));
 }
 
 template <typename T>
-inline void fast_level0(const AIBScanParams<T>& p, const FastSetup<T>& f, V<T>* h, V<T>* u) {
+inline bool any_lane(I<T> x) {
+  for (int c = 0; c < Traits<T>::N; ++c)
+    if (x[c]) return true;
+  return false;
+}
+
+// x^0 = (E V, E) for positions [t0, t0 + n): zero past L and at masked positions.
+template <typename T>
+inline void fast_x0(const AIBScanParams<T>& p, const FastSetup<T>& f, int64_t t0, int64_t n,
+                    V<T>* h, V<T>* u) {
   constexpr int64_t N = Traits<T>::N;
-  for (int64_t q = 0; q < p.L; ++q) {
-    if (p.mask && !p.mask[q]) {
-      h[q] = V<T>{};
-      u[q] = V<T>{};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t q = t0 + i;
+    if (q >= p.L || (p.mask && !p.mask[q])) {
+      h[i] = V<T>{};
+      u[i] = V<T>{};
       continue;
     }
     V<T> m;
     I<T> k;
     exp_split<T>(load(p.a + q * N, N) - f.amax, m, k);
     const V<T> e = m * pow2_nonpos<T>(k);  // k <= 0: E <= 1
-    h[q] = e * load(p.v + q * N, N);
-    u[q] = e;
+    h[i] = e * load(p.v + q * N, N);
+    u[i] = e;
+  }
+}
+
+// Levels 0 .. m - 1 on one tile of T = 2^m positions. Carries: level j's 2^j values at
+// offset 2^j - 1 of a [T] area (h then u areas, T apart). `in` is the previous tile's (null
+// for the first tile), `out` receives this tile's (null if not needed); `snap`, if given,
+// receives the state before each level j at [2 j T] (h) and [(2 j + 1) T] (u).
+template <typename T>
+inline void fast_tile_levels(const FastSetup<T>& f, int64_t m, V<T>* h, V<T>* u, const V<T>* in,
+                             V<T>* out, V<T>* snap) {
+  const int64_t Tn = int64_t{1} << m;
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t s = int64_t{1} << j, off = s - 1;
+    const V<T> w = f.W[j];
+    if (snap) {
+      std::memcpy(snap + 2 * j * Tn, h, sizeof(V<T>) * static_cast<size_t>(Tn));
+      std::memcpy(snap + (2 * j + 1) * Tn, u, sizeof(V<T>) * static_cast<size_t>(Tn));
+    }
+    if (out) {
+      std::memcpy(out + off, h + Tn - s, sizeof(V<T>) * static_cast<size_t>(s));
+      std::memcpy(out + Tn + off, u + Tn - s, sizeof(V<T>) * static_cast<size_t>(s));
+    }
+    for (int64_t q = Tn - 1; q >= s; --q) {  // descending: [q - s] is still level j
+      h[q] += w * h[q - s];
+      u[q] += w * u[q - s];
+    }
+    if (in) {
+      for (int64_t q = 0; q < s; ++q) {  // position q - s of the previous tile
+        h[q] += w * in[off + q];
+        u[q] += w * in[Tn + off + q];
+      }
+    }
+  }
+}
+
+// Phase 1 of both passes: the state [Lp] (h, then u at +Lp) after the tile levels.
+template <typename T>
+void fast_phase1(const AIBScanParams<T>& p, const FastSetup<T>& f, const AIBFastLayout& lay,
+                 V<T>* base) {
+  V<T>* h = base + lay.state;
+  V<T>* carry = base + lay.carry;
+  auto slot = [&](int64_t t) { return carry + 2 * lay.T * (lay.backward ? t : (t & 1)); };
+  for (int64_t t = 0; t < lay.R; ++t) {
+    const int64_t t0 = t * lay.T;
+    fast_x0(p, f, t0, lay.T, h + t0, h + lay.Lp + t0);
+    fast_tile_levels<T>(f, lay.m, h + t0, h + lay.Lp + t0, t > 0 ? slot(t - 1) : nullptr,
+                        t + 1 < lay.R ? slot(t) : nullptr, nullptr);
   }
 }
 
 template <typename T>
 bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
   constexpr int64_t N = Traits<T>::N;
-  const int64_t L = p.L;
   const FastSetup<T> f = fast_setup(p, false);
   if (!f.ok) return false;
-  V<T>* h = static_cast<V<T>*>(scratch);
-  V<T>* u = h + L;
-  fast_level0(p, f, h, u);
-  for (int64_t j = 0; j < p.K; ++j) {
-    const int64_t s = int64_t{1} << j;
-    const V<T> w = f.W[j];
-    for (int64_t q = L - 1; q >= s; --q) {  // descending: [q - s] is still the previous level
-      h[q] += w * h[q - s];
-      u[q] += w * u[q - s];
+  const AIBFastLayout lay = aib_fast_layout(p.L, p.K, false);
+  V<T>* base = static_cast<V<T>*>(scratch);
+  fast_phase1(p, f, lay, base);
+  const V<T>*sh = base + lay.state, *su = sh + lay.Lp;
+  V<T>*bh = base + lay.chunk, *bu = bh + lay.R * lay.C;
+  const V<T> tiny = fast_tiny<T>();
+  I<T> bad{};
+  for (int64_t c0 = 0; c0 < lay.T; c0 += lay.C) {
+    const int64_t nc = std::min(lay.C, lay.T - c0);
+    for (int64_t r = 0; r < lay.R; ++r)
+      for (int64_t c = 0; c < nc; ++c) {
+        bh[r * nc + c] = sh[r * lay.T + c0 + c];
+        bu[r * nc + c] = su[r * lay.T + c0 + c];
+      }
+    for (int64_t i = 0; i < lay.nh; ++i) {
+      const int64_t rs = int64_t{1} << i;
+      const V<T> w = f.W[lay.m + i];
+      for (int64_t r = lay.R - 1; r >= rs; --r)
+        for (int64_t c = 0; c < nc; ++c) {
+          bh[r * nc + c] += w * bh[(r - rs) * nc + c];
+          bu[r * nc + c] += w * bu[(r - rs) * nc + c];
+        }
     }
+    for (int64_t r = 0; r < lay.R; ++r)
+      for (int64_t c = 0; c < nc; ++c) {
+        const int64_t q = r * lay.T + c0 + c;
+        if (q >= p.L) break;
+        const V<T> u = bu[r * nc + c];
+        if (p.mask && !p.mask[q]) {
+          store(p.o + q * N, V<T>{}, N);
+          continue;
+        }
+        bad |= u < tiny;
+        V<T> o = bh[r * nc + c] / u;
+        store(p.o + q * N, u > splat<T>(0) ? o : V<T>{}, N);
+      }
   }
-  if (!u_range_ok(p, u)) return false;
-  for (int64_t q = 0; q < L; ++q) {
-    const bool valid = !p.mask || p.mask[q];
-    V<T> o = h[q] / u[q];
-    o = u[q] > splat<T>(0) ? o : V<T>{};
-    store(p.o + q * N, valid ? o : V<T>{}, N);
-  }
-  return true;
+  return !any_lane<T>(bad);
 }
 
 template <typename T>
 bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
   constexpr int64_t N = Traits<T>::N;
-  const int64_t L = p.L, K = p.K;
   const FastSetup<T> f = fast_setup(p, true);
   if (!f.ok) return false;
-  // Snapshot j (the state before level j): h at [2 j L], u at [(2 j + 1) L]; adjoints after.
+  const AIBFastLayout lay = aib_fast_layout(p.L, p.K, true);
+  const int64_t R = lay.R, Tn = lay.T, m = lay.m, nh = lay.nh, Lp = lay.Lp;
   V<T>* base = static_cast<V<T>*>(scratch);
-  auto H = [&](int64_t j) { return base + 2 * j * L; };
-  auto U = [&](int64_t j) { return base + (2 * j + 1) * L; };
-  V<T>* r = base + 2 * (K + 1) * L;  // dL/dH
-  V<T>* k = r + L;                   // dL/dU
-  fast_level0(p, f, H(0), U(0));
-  for (int64_t j = 0; j < K; ++j) {
-    const int64_t s = int64_t{1} << j;
-    const V<T> w = f.W[j];
-    const V<T>*xh = H(j), *xu = U(j);
-    V<T>*yh = H(j + 1), *yu = U(j + 1);
-    std::memcpy(yh, xh, sizeof(V<T>) * static_cast<size_t>(s));
-    std::memcpy(yu, xu, sizeof(V<T>) * static_cast<size_t>(s));
-    for (int64_t q = s; q < L; ++q) {
-      yh[q] = xh[q] + w * xh[q - s];
-      yu[q] = xu[q] + w * xu[q - s];
-    }
-  }
-  const V<T>*fh = H(K), *fu = U(K);
-  if (!u_range_ok(p, fu)) return false;
-  for (int64_t q = 0; q < L; ++q) {
-    const bool valid = !p.mask || p.mask[q];
-    const auto live = fu[q] > splat<T>(0);
-    const V<T> g = valid ? load(p.grad_o + q * N, N) : V<T>{};
-    const V<T> inv = splat<T>(1) / fu[q];
-    r[q] = live ? g * inv : V<T>{};
-    k[q] = live ? -g * fh[q] * inv * inv : V<T>{};
-  }
-  for (int64_t j = K - 1; j >= 0; --j) {
-    const int64_t s = int64_t{1} << j;
-    const V<T> w = f.W[j];
-    const V<T>*xh = H(j), *xu = U(j);
-    // One ascending pass: the weight gradient reads r[q], k[q] before this level updates
-    // them, and the update reads [q + s], which this level has not reached yet. The ranges
-    // are split so the loops carry no branch; partial sums go to double every 64 positions.
-    VD<T> acc{};
-    auto update = [&](int64_t q) {
-      r[q] += w * r[q + s];
-      k[q] += w * k[q + s];
-    };
-    auto both = [&](int64_t a, int64_t b, bool upd) {
-      for (int64_t q0 = a; q0 < b; q0 += 64) {
-        V<T> part{};
-        const int64_t q1 = std::min(b, q0 + 64);
-        if (upd) {
-          for (int64_t q = q0; q < q1; ++q) {
-            part += r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w);
-            update(q);
-          }
-        } else {
-          for (int64_t q = q0; q < q1; ++q) part += r[q] * (xh[q - s] * w) + k[q] * (xu[q - s] * w);
-        }
-        acc += __builtin_convertvector(part, VD<T>);
+  fast_phase1(p, f, lay, base);
+  V<T>*sh = base + lay.state, *su = sh + Lp;
+  VD<T> gacc[64] = {};
+  const V<T> tiny = fast_tiny<T>();
+  I<T> bad{};
+  // Phase 2: per chunk, snapshot i (state before column level i) at [2 i R nc] (h) and
+  // [(2 i + 1) R nc] (u), i = 0 .. nh; the adjoints after them. The adjoints of the tile
+  // levels' output replace the state in place.
+  V<T>* chunk = base + lay.chunk;
+  for (int64_t c0 = 0; c0 < Tn; c0 += lay.C) {
+    const int64_t nc = std::min(lay.C, Tn - c0), n = R * nc;
+    auto S = [&](int64_t i) { return chunk + 2 * i * n; };
+    V<T>*ah = chunk + 2 * (nh + 1) * n, *au = ah + n;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < nc; ++c) {
+        S(0)[r * nc + c] = sh[r * Tn + c0 + c];
+        S(0)[n + r * nc + c] = su[r * Tn + c0 + c];
       }
-    };
-    const int64_t split = std::max<int64_t>(s, L - s);
-    for (int64_t q = 0; q < std::min(s, L - s); ++q) update(q);  // no gradient term yet
-    both(s, L - s, true);                                        // empty unless 2 s < L
-    both(split, L, false);                                       // no update any more
-    for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = acc[c];
+    for (int64_t i = 0; i < nh; ++i) {
+      const int64_t rs = int64_t{1} << i;
+      const V<T> w = f.W[m + i];
+      const V<T>* x = S(i);
+      V<T>* y = S(i + 1);
+      std::memcpy(y, x, sizeof(V<T>) * static_cast<size_t>(rs * nc));
+      std::memcpy(y + n, x + n, sizeof(V<T>) * static_cast<size_t>(rs * nc));
+      for (int64_t k = rs * nc; k < n; ++k) {
+        y[k] = x[k] + w * x[k - rs * nc];
+        y[n + k] = x[n + k] + w * x[n + k - rs * nc];
+      }
+    }
+    // Output adjoints: dL/dH = g / U, dL/dU = -g H / U^2.
+    const V<T>*fh = S(nh), *fu = fh + n;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < nc; ++c) {
+        const int64_t q = r * Tn + c0 + c, k = r * nc + c;
+        const bool valid = q < p.L && (!p.mask || p.mask[q]);
+        if (valid) bad |= fu[k] < tiny;
+        const V<T> g = valid ? load(p.grad_o + q * N, N) : V<T>{};
+        const V<T> inv = splat<T>(1) / fu[k];
+        const auto live = fu[k] > splat<T>(0);
+        ah[k] = live ? g * inv : V<T>{};
+        au[k] = live ? -g * fh[k] * inv * inv : V<T>{};
+      }
+    // Transposed column levels, last first. Each ascending pass reads the adjoint at [k]
+    // for the weight gradient before updating it, and [k + shift], not yet updated.
+    for (int64_t i = nh - 1; i >= 0; --i) {
+      const int64_t d = (int64_t{1} << i) * nc;
+      const V<T> w = f.W[m + i];
+      const V<T>* x = S(i);
+      V<T> part{};
+      for (int64_t k = 0; k < n; ++k) {
+        if (k >= d) part += ah[k] * (x[k - d] * w) + au[k] * (x[n + k - d] * w);
+        if (k + d < n) {
+          ah[k] += w * ah[k + d];
+          au[k] += w * au[k + d];
+        }
+      }
+      gacc[m + i] += __builtin_convertvector(part, VD<T>);
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < nc; ++c) {
+        sh[r * Tn + c0 + c] = ah[r * nc + c];
+        su[r * Tn + c0 + c] = au[r * nc + c];
+      }
   }
-  const V<T>* e0 = U(0);
-  for (int64_t q = 0; q < L; ++q) {
-    const bool valid = !p.mask || p.mask[q];
-    const V<T> v = load(p.v + q * N, N);
-    store(p.grad_v + q * N, valid ? r[q] * e0[q] : V<T>{}, N);
-    store(p.grad_a + q * N, valid ? e0[q] * (k[q] + v * r[q]) : V<T>{}, N);
+  if (any_lane<T>(bad)) return false;  // nothing written outside the scratch yet
+  // Phase 1 backward, last tile first: recompute the tile's levels (snapshots), then the
+  // transposed tile levels on the adjoints; carries of the next tile's adjoints at
+  // rcarry[cur], this tile's for the previous one at rcarry[1 - cur].
+  V<T>* carry = base + lay.carry;
+  V<T>* snap = base + lay.tile;  // m snapshots, then the working tile
+  V<T>* work = snap + 2 * m * Tn;
+  V<T>* rc[2] = {base + lay.rcarry, base + lay.rcarry + 2 * Tn};
+  int cur = 0;
+  for (int64_t t = R - 1; t >= 0; --t) {
+    const int64_t t0 = t * Tn;
+    const V<T>* cin = t > 0 ? carry + 2 * Tn * (t - 1) : nullptr;
+    fast_x0(p, f, t0, Tn, work, work + Tn);
+    fast_tile_levels<T>(f, m, work, work + Tn, cin, nullptr, snap);
+    V<T>*ah = sh + t0, *au = su + t0;
+    const V<T>* rin = t + 1 < R ? rc[cur] : nullptr;
+    V<T>* rout = t > 0 ? rc[1 - cur] : nullptr;
+    for (int64_t j = m - 1; j >= 0; --j) {
+      const int64_t s = int64_t{1} << j, off = s - 1;
+      const V<T> w = f.W[j];
+      const V<T>*xh = snap + 2 * j * Tn, *xu = xh + Tn;
+      if (rout) {
+        std::memcpy(rout + off, ah, sizeof(V<T>) * static_cast<size_t>(s));
+        std::memcpy(rout + Tn + off, au, sizeof(V<T>) * static_cast<size_t>(s));
+      }
+      V<T> part{};
+      // q < s: the gradient term reads the previous tile (its carry); s <= T / 2, so the
+      // update still reads this tile.
+      for (int64_t q = 0; q < s; ++q) {
+        if (cin) part += ah[q] * (cin[off + q] * w) + au[q] * (cin[Tn + off + q] * w);
+        ah[q] += w * ah[q + s];
+        au[q] += w * au[q + s];
+      }
+      for (int64_t q = s; q < Tn - s; ++q) {
+        part += ah[q] * (xh[q - s] * w) + au[q] * (xu[q - s] * w);
+        ah[q] += w * ah[q + s];
+        au[q] += w * au[q + s];
+      }
+      // q >= T - s: the update reads the next tile's adjoints (before its level j).
+      for (int64_t q = std::max(s, Tn - s); q < Tn; ++q) {
+        part += ah[q] * (xh[q - s] * w) + au[q] * (xu[q - s] * w);
+        if (rin) {
+          ah[q] += w * rin[off + q + s - Tn];
+          au[q] += w * rin[Tn + off + q + s - Tn];
+        }
+      }
+      gacc[j] += __builtin_convertvector(part, VD<T>);
+    }
+    // dV = E dL/dH, dA = E (dL/dU + V dL/dH), E from snapshot 0.
+    const V<T>* e0 = snap + Tn;
+    for (int64_t q = 0; q < Tn && t0 + q < p.L; ++q) {
+      const int64_t pos = t0 + q;
+      const bool valid = !p.mask || p.mask[pos];
+      const V<T> v = load(p.v + pos * N, N);
+      store(p.grad_v + pos * N, valid ? ah[q] * e0[q] : V<T>{}, N);
+      store(p.grad_a + pos * N, valid ? e0[q] * (au[q] + v * ah[q]) : V<T>{}, N);
+    }
+    cur = 1 - cur;
   }
+  for (int64_t j = 0; j < p.K; ++j)
+    for (int c = 0; c < N; ++c) p.grad_lw[j * N + c] = gacc[j][c];
   return true;
 }
 
@@ -647,11 +788,11 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
       AIBScanParams<T> q = block_params(p, st, k, N);
       q.a = st.x0 + k * L * N;
       q.v = st.x1 + k * L * N;
-      q.o = st.x0 + k * L * N;  // A is read in full before O is written
+      q.o = st.x2 + k * L * N;  // not over A: a failed fast attempt leaves it for the exact path
       if (aib_exact_path_forced() || !forward_block_fast(q, block_scratch))
         forward_block_exact(q, block_scratch);
     }
-    stage_out(st.x0, p.o, g, L, p.D, N);
+    stage_out(st.x2, p.o, g, L, p.D, N);
   }
 }
 
