@@ -208,7 +208,10 @@ TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
   for (bool exact : {false, true}) {
     SCOPED_TRACE(exact ? "exponent path" : "fast path");
     ExactPathGuard guard(exact);
+    const int64_t fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
     check_against_reference(GetParam());
+    // These inputs are well scaled: the fast path must have produced the results itself.
+    EXPECT_EQ(seqmix::ops::cpu::aib_fast_path_fallbacks(), fallbacks);
   }
 }
 
@@ -225,7 +228,9 @@ TEST_P(AIBFusedCaseF64, GradientsMatchFiniteDifferences) {
   for (bool exact : {false, true}) {
     SCOPED_TRACE(exact ? "exponent path" : "fast path");
     ExactPathGuard guard(exact);
+    const int64_t fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
     seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.L >= 1000 ? 16 : 32);
+    EXPECT_EQ(seqmix::ops::cpu::aib_fast_path_fallbacks(), fallbacks);
   }
 }
 

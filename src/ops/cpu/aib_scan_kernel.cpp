@@ -19,9 +19,13 @@ SEQMIX_DECLARE_ISA(base)
 
 namespace {
 std::atomic<bool> g_force_exact{false};
+std::atomic<int64_t> g_fallbacks{0};
 }  // namespace
 
 void aib_force_exact_path(bool exact) { g_force_exact.store(exact); }
+int64_t aib_fast_path_fallbacks() { return g_fallbacks.load(); }
+void aib_count_fallback() { g_fallbacks.fetch_add(1, std::memory_order_relaxed); }
+
 bool aib_exact_path_forced() { return g_force_exact.load(std::memory_order_relaxed); }
 
 bool aib_kernel_uses_avx512() {

@@ -114,6 +114,12 @@ void aib_scan_backward(const AIBScanParams<T>& p, int64_t begin, int64_t end, vo
 void aib_force_exact_path(bool exact);
 bool aib_exact_path_forced();
 
+/// Number of blocks (one channel block of one sequence, one pass) whose fast-path attempt
+/// was abandoned for the exponent path since the program started. Tests use it to prove that
+/// well-scaled inputs really exercise the fast path.
+int64_t aib_fast_path_fallbacks();
+void aib_count_fallback();
+
 /// True if the AVX-512 build of the kernels is in use on this CPU.
 bool aib_kernel_uses_avx512();
 

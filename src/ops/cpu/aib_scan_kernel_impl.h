@@ -789,8 +789,12 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
       q.a = st.x0 + k * L * N;
       q.v = st.x1 + k * L * N;
       q.o = st.x2 + k * L * N;  // not over A: a failed fast attempt leaves it for the exact path
-      if (aib_exact_path_forced() || !forward_block_fast(q, block_scratch))
+      if (aib_exact_path_forced()) {
         forward_block_exact(q, block_scratch);
+      } else if (!forward_block_fast(q, block_scratch)) {
+        aib_count_fallback();
+        forward_block_exact(q, block_scratch);
+      }
     }
     stage_out(st.x2, p.o, g, L, p.D, N);
   }
@@ -818,8 +822,12 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       q.grad_a = st.x0 + k * L * N;  // A is read only when the levels are rebuilt, first
       q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
       q.grad_lw = glw.data() + k * K * N;
-      if (aib_exact_path_forced() || !backward_block_fast(q, block_scratch))
+      if (aib_exact_path_forced()) {
         backward_block_exact(q, block_scratch);
+      } else if (!backward_block_fast(q, block_scratch)) {
+        aib_count_fallback();
+        backward_block_exact(q, block_scratch);
+      }
     }
     stage_out(st.x0, p.grad_a, g, L, p.D, N);
     stage_out(st.x2, p.grad_v, g, L, p.D, N);
