@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "aib_scan_kernel.h"
 
 #ifndef SEQMIX_ISA
@@ -347,8 +349,21 @@ struct FastSetup {
   bool ok = true;
 };
 
+// Per block, over valid positions: max and min of A, max |V| and max |dL/dO|; gathered
+// while the group is staged (stage_in), so the bounds cost no pass of their own.
 template <typename T>
-FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
+struct BlockStats {
+  V<T> amax, amin, vmax, gmax;
+  void reset() {
+    amax = splat<T>(-std::numeric_limits<T>::max());
+    amin = -amax;
+    vmax = V<T>{};
+    gmax = V<T>{};
+  }
+};
+
+template <typename T>
+FastSetup<T> fast_setup(const AIBScanParams<T>& p, const BlockStats<T>& st, bool with_grad) {
   constexpr int64_t N = Traits<T>::N;
   const int64_t L = p.L;
   FastSetup<T> f;
@@ -361,26 +376,15 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
     f.W[j] = scale<T>(m, k);
     pos += lw > splat<T>(0) ? lw : V<T>{};
   }
-  V<T> amax = splat<T>(-std::numeric_limits<T>::max()), amin = -amax, vmax{}, gmax{};
-  for (int64_t q = 0; q < L; ++q) {
-    if (p.mask && !p.mask[q]) continue;
-    const V<T> a = load(p.a + q * N, N), v = load(p.v + q * N, N);
-    amax = a > amax ? a : amax;
-    amin = a < amin ? a : amin;
-    const V<T> av = v < splat<T>(0) ? -v : v;
-    vmax = av > vmax ? av : vmax;
-    if (with_grad) {
-      const V<T> g = load(p.grad_o + q * N, N);
-      const V<T> ag = g < splat<T>(0) ? -g : g;
-      gmax = ag > gmax ? ag : gmax;
-    }
-  }
+  V<T> amax = st.amax, amin = st.amin;
+  const V<T> vmax = st.vmax, gmax = st.gmax;
   constexpr double log2e = 1.4426950408889634;
   for (int c = 0; c < N; ++c) {
     if (amax[c] == -std::numeric_limits<T>::max()) amax[c] = amin[c] = 0;
     // a_d <= prod_j max(1, W_j) and E <= 1, so |H|, U <= L a_max max|V|. O is unchanged by
     // a constant factor on E, so when that bound gets near the float range, E is scaled
-    // down by 2^shift instead of giving up (u_range_ok still guards the small end).
+    // down by 2^shift instead of giving up (the U check where U is final guards the
+    // small end).
     const double sums = static_cast<double>(pos[c]) * log2e +
                         std::log2(static_cast<double>(L) + 1) +
                         std::log2(static_cast<double>(vmax[c]) + 1);
@@ -396,6 +400,43 @@ FastSetup<T> fast_setup(const AIBScanParams<T>& p, bool with_grad) {
   }
   f.amax = amax;
   return f;
+}
+
+// Where a block's results go: position q (scan order) at p + q * step, n valid lanes. The
+// fast path writes results straight into the caller's [B, L, D] tensors (step = +-D) with
+// streaming stores: full cache lines that are not read back here, so no read-for-ownership
+// and no copy through the staging area.
+template <typename T>
+struct Dest {
+  T* p;
+  int64_t step, n;
+};
+
+template <typename T>
+inline void put(const Dest<T>& d, int64_t q, V<T> x) {
+  T* ptr = d.p + q * d.step;
+  if (d.n != Traits<T>::N || (reinterpret_cast<uintptr_t>(ptr) & 63) != 0) {
+    store(ptr, x, d.n);
+    return;
+  }
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>)
+    _mm512_stream_ps(ptr, reinterpret_cast<__m512>(x));
+  else
+    _mm512_stream_pd(ptr, reinterpret_cast<__m512d>(x));
+#else
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (std::is_same_v<T, float>) {
+      __m128 part;
+      std::memcpy(&part, reinterpret_cast<const char*>(&x) + 16 * k, 16);
+      _mm_stream_ps(ptr + 4 * k, part);
+    } else {
+      __m128d part;
+      std::memcpy(&part, reinterpret_cast<const char*>(&x) + 16 * k, 16);
+      _mm_stream_pd(ptr + 2 * k, part);
+    }
+  }
+#endif
 }
 
 // The fast path runs in two phases on the sequence padded to an [R][T] grid (T = 2^m
@@ -494,9 +535,9 @@ void fast_phase1(const AIBScanParams<T>& p, const FastSetup<T>& f, const AIBFast
 }
 
 template <typename T>
-bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
-  constexpr int64_t N = Traits<T>::N;
-  const FastSetup<T> f = fast_setup(p, false);
+bool forward_block_fast(const AIBScanParams<T>& p, const BlockStats<T>& stats, const Dest<T>& out,
+                        void* scratch) {
+  const FastSetup<T> f = fast_setup(p, stats, false);
   if (!f.ok) return false;
   const AIBFastLayout lay = aib_fast_layout(p.L, p.K, false);
   V<T>* base = static_cast<V<T>*>(scratch);
@@ -527,21 +568,22 @@ bool forward_block_fast(const AIBScanParams<T>& p, void* scratch) {
         if (q >= p.L) break;
         const V<T> u = bu[r * nc + c];
         if (p.mask && !p.mask[q]) {
-          store(p.o + q * N, V<T>{}, N);
+          put(out, q, V<T>{});
           continue;
         }
         bad |= u < tiny;
         V<T> o = bh[r * nc + c] / u;
-        store(p.o + q * N, u > splat<T>(0) ? o : V<T>{}, N);
+        put(out, q, u > splat<T>(0) ? o : V<T>{});
       }
   }
   return !any_lane<T>(bad);
 }
 
 template <typename T>
-bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
+bool backward_block_fast(const AIBScanParams<T>& p, const BlockStats<T>& stats,
+                         const Dest<T>& out_ga, const Dest<T>& out_gv, void* scratch) {
   constexpr int64_t N = Traits<T>::N;
-  const FastSetup<T> f = fast_setup(p, true);
+  const FastSetup<T> f = fast_setup(p, stats, true);
   if (!f.ok) return false;
   const AIBFastLayout lay = aib_fast_layout(p.L, p.K, true);
   const int64_t R = lay.R, Tn = lay.T, m = lay.m, nh = lay.nh, Lp = lay.Lp;
@@ -665,8 +707,8 @@ bool backward_block_fast(const AIBScanParams<T>& p, void* scratch) {
       const int64_t pos = t0 + q;
       const bool valid = !p.mask || p.mask[pos];
       const V<T> v = load(p.v + pos * N, N);
-      store(p.grad_v + pos * N, valid ? ah[q] * e0[q] : V<T>{}, N);
-      store(p.grad_a + pos * N, valid ? e0[q] * (au[q] + v * ah[q]) : V<T>{}, N);
+      put(out_gv, pos, valid ? ah[q] * e0[q] : V<T>{});
+      put(out_ga, pos, valid ? e0[q] * (au[q] + v * ah[q]) : V<T>{});
     }
     cur = 1 - cur;
   }
@@ -701,27 +743,52 @@ inline Group group_of(int64_t item, int64_t D, bool bidir, int64_t N, int64_t G)
   return g;
 }
 
-// src [B, L, D] rows of group g -> dst [nblk][L][N] (zero-padded lanes), in scan order.
+// src [B, L, D] rows of group g -> dst [nblk][L][N] (zero-padded lanes), in scan order,
+// folding each block's statistics over valid positions (mask in scan order) into `stats`:
+// A's max and min, or the max magnitude into `absmax` (a member of BlockStats), or none.
+enum class Stat { none, minmax, vabs, gabs };
+
 template <typename T>
-void stage_in(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N) {
+void stage_in(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N,
+              const uint8_t* mask, Stat stat, BlockStats<T>* stats) {
   for (int64_t i = 0; i < L; ++i) {
     const T* row = src + (g.b * L + i) * D + g.c0;
     const int64_t q = g.rev ? L - 1 - i : i;
+    const bool valid = mask[q] != 0;
     for (int64_t k = 0; k < g.nblk; ++k) {
-      const int64_t n = std::min<int64_t>(N, g.nc - k * N);
-      store(dst + (k * L + q) * N, load(row + k * N, n), N);
+      const V<T> x = load(row + k * N, std::min<int64_t>(N, g.nc - k * N));
+      store(dst + (k * L + q) * N, x, N);
+      if (!valid || stat == Stat::none) continue;
+      BlockStats<T>& b = stats[k];
+      if (stat == Stat::minmax) {
+        b.amax = x > b.amax ? x : b.amax;
+        b.amin = x < b.amin ? x : b.amin;
+      } else {
+        const V<T> ax = x < splat<T>(0) ? -x : x;
+        V<T>& m = stat == Stat::vabs ? b.vmax : b.gmax;
+        m = ax > m ? ax : m;
+      }
     }
   }
 }
 
+// Blocks [k0, k1) of staged src [nblk][L][N] back to rows of dst [B, L, D].
 template <typename T>
-void stage_out(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N) {
+void stage_out(const T* src, T* dst, const Group& g, int64_t L, int64_t D, int64_t N, int64_t k0,
+               int64_t k1) {
   for (int64_t i = 0; i < L; ++i) {
     T* row = dst + (g.b * L + i) * D + g.c0;
     const int64_t q = g.rev ? L - 1 - i : i;
-    for (int64_t k = 0; k < g.nblk; ++k)
+    for (int64_t k = k0; k < k1; ++k)
       store(row + k * N, load(src + (k * L + q) * N, N), std::min<int64_t>(N, g.nc - k * N));
   }
+}
+
+// Block k of group g in a [B, L, D] result tensor, addressed in scan order.
+template <typename T>
+Dest<T> dest_of(T* base, const Group& g, int64_t k, int64_t L, int64_t D, int64_t N) {
+  const int64_t row = g.b * L + (g.rev ? L - 1 : 0);
+  return {base + row * D + g.c0 + k * N, g.rev ? -D : D, std::min<int64_t>(N, g.nc - k * N)};
 }
 
 // Staging layout after the per-block scratch: mask [L], then three [nblk][L][N] arrays and
@@ -779,25 +846,27 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
   Staging<T> st = staging_at<T>(
       static_cast<char*>(scratch) + aib_block_scratch_bytes(L, p.K, N, sizeof(T), false), L, p.K, N,
       G);
+  BlockStats<T> stats[aib_group_blocks()];
   for (int64_t item = begin; item < end; ++item) {
     const Group g = group_of(item, p.D, p.bidirectional, N, G);
     stage_common(p, g, st, N);
-    stage_in(p.a, st.x0, g, L, p.D, N);
-    stage_in(p.v, st.x1, g, L, p.D, N);
+    for (auto& b : stats) b.reset();
+    stage_in(p.a, st.x0, g, L, p.D, N, st.mask, Stat::minmax, stats);
+    stage_in(p.v, st.x1, g, L, p.D, N, st.mask, Stat::vabs, stats);
     for (int64_t k = 0; k < g.nblk; ++k) {
       AIBScanParams<T> q = block_params(p, st, k, N);
       q.a = st.x0 + k * L * N;
       q.v = st.x1 + k * L * N;
-      q.o = st.x2 + k * L * N;  // not over A: a failed fast attempt leaves it for the exact path
-      if (aib_exact_path_forced()) {
-        forward_block_exact(q, block_scratch);
-      } else if (!forward_block_fast(q, block_scratch)) {
-        aib_count_fallback();
-        forward_block_exact(q, block_scratch);
-      }
+      q.o = st.x2 + k * L * N;  // exponent path: staged, then copied out
+      const bool exact = aib_exact_path_forced() ||
+                         !forward_block_fast(q, stats[k], dest_of(p.o, g, k, L, p.D, N), block_scratch);
+      if (!exact) continue;
+      if (!aib_exact_path_forced()) aib_count_fallback();
+      forward_block_exact(q, block_scratch);
+      stage_out(st.x2, p.o, g, L, p.D, N, k, k + 1);
     }
-    stage_out(st.x2, p.o, g, L, p.D, N);
   }
+  _mm_sfence();  // streaming stores are visible before the caller's threads join
 }
 
 template <typename T>
@@ -808,12 +877,14 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
   Staging<T> st = staging_at<T>(
       static_cast<char*>(scratch) + aib_block_scratch_bytes(L, K, N, sizeof(T), true), L, K, N, G);
   std::vector<double> glw(static_cast<size_t>(G * std::max<int64_t>(K, 1) * N));
+  BlockStats<T> stats[aib_group_blocks()];
   for (int64_t item = begin; item < end; ++item) {
     const Group g = group_of(item, p.D, p.bidirectional, N, G);
     stage_common(p, g, st, N);
-    stage_in(p.a, st.x0, g, L, p.D, N);
-    stage_in(p.v, st.x1, g, L, p.D, N);
-    stage_in(p.grad_o, st.x2, g, L, p.D, N);
+    for (auto& b : stats) b.reset();
+    stage_in(p.a, st.x0, g, L, p.D, N, st.mask, Stat::minmax, stats);
+    stage_in(p.v, st.x1, g, L, p.D, N, st.mask, Stat::vabs, stats);
+    stage_in(p.grad_o, st.x2, g, L, p.D, N, st.mask, Stat::gabs, stats);
     for (int64_t k = 0; k < g.nblk; ++k) {
       AIBScanParams<T> q = block_params(p, st, k, N);
       q.a = st.x0 + k * L * N;
@@ -822,21 +893,23 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       q.grad_a = st.x0 + k * L * N;  // A is read only when the levels are rebuilt, first
       q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
       q.grad_lw = glw.data() + k * K * N;
-      if (aib_exact_path_forced()) {
-        backward_block_exact(q, block_scratch);
-      } else if (!backward_block_fast(q, block_scratch)) {
-        aib_count_fallback();
-        backward_block_exact(q, block_scratch);
-      }
+      const bool exact =
+          aib_exact_path_forced() ||
+          !backward_block_fast(q, stats[k], dest_of(p.grad_a, g, k, L, p.D, N),
+                               dest_of(p.grad_v, g, k, L, p.D, N), block_scratch);
+      if (!exact) continue;
+      if (!aib_exact_path_forced()) aib_count_fallback();
+      backward_block_exact(q, block_scratch);
+      stage_out(st.x0, p.grad_a, g, L, p.D, N, k, k + 1);
+      stage_out(st.x2, p.grad_v, g, L, p.D, N, k, k + 1);
     }
-    stage_out(st.x0, p.grad_a, g, L, p.D, N);
-    stage_out(st.x2, p.grad_v, g, L, p.D, N);
     for (int64_t k = 0; k < g.nblk; ++k)
       for (int64_t j = 0; j < K; ++j)
         for (int64_t c = 0; c < std::min<int64_t>(N, g.nc - k * N); ++c)
           p.grad_lw[(g.b * K + j) * p.D + g.c0 + k * N + c] =
               glw[static_cast<size_t>((k * K + j) * N + c)];
   }
+  _mm_sfence();
 }
 
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA
