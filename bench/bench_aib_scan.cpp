@@ -67,12 +67,16 @@ void BM_KernelForwardAllThreads(benchmark::State& state) {
   const int64_t bytes = seqmix::ops::cpu::aib_scratch_bytes(state.range(0), b.p.K, 16, 4, false);
   std::vector<at::Tensor> scratch;
   for (int t = 0; t < 8; ++t) scratch.push_back(at::empty({bytes + 64}, at::kByte));
+  const int64_t fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
   for (auto _ : state)
     at::parallel_for(0, b.items, 1, [&](int64_t begin, int64_t end) {
       seqmix::ops::cpu::aib_scan_forward<float>(
           b.p, begin, end, aligned(scratch[static_cast<size_t>(at::get_thread_num())]));
     });
   state.SetBytesProcessed(state.iterations() * 3 * 4 * kB * state.range(0) * kD);
+  // Blocks that left the fast path (should be 0 for these well-scaled inputs).
+  state.counters["fallbacks"] =
+      static_cast<double>(seqmix::ops::cpu::aib_fast_path_fallbacks() - fallbacks);
 }
 
 void BM_KernelBackward1T(benchmark::State& state) {
