@@ -85,8 +85,10 @@ int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, i
   const int64_t K = ops::aib_num_levels(L);
   if (op == "aib_fused") return 8 * bld;
   if (op == "aib_layer") return 14 * bld;
-  if (op == "aib_reference") return (8 * K + 8) * bld;
-  return 5 * B * H * L * L * 4 + 16 * bld;  // attention: scores, probs and their gradients
+  // Calibrated on measured peaks (docs/RESULTS.md): the reference keeps about two [B, L, D]
+  // tensors per level; attention about three [B, H, L, L] score-sized tensors at once.
+  if (op == "aib_reference") return (2 * K + 8) * bld;
+  return 3 * B * H * L * L * 4 + 16 * bld;
 }
 
 void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
