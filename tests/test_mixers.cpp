@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/extractor.h"
 #include "seqmix/nn/self_attention.h"
 #include "support/gradcheck.h"
 
@@ -34,6 +35,16 @@ std::vector<MixerCase> mixers() {
        [](bool causal) {
          return std::make_shared<nn::AIBAttentionImpl>(
              nn::AIBAttentionOptions(D, max_len).causal(causal).weights(ops::AIBWeights::ones));
+       }},
+      // The Extractor is causal only; `causal` is ignored.
+      {"extractor",
+       [](bool) {
+         return std::make_shared<nn::ExtractorImpl>(nn::ExtractorOptions(D, max_len));
+       }},
+      {"extractor_no_adjust_no_opt",
+       [](bool) {
+         return std::make_shared<nn::ExtractorImpl>(
+             nn::ExtractorOptions(D, max_len).adjust(false).out_proj(false));
        }},
       {"self_attention_2_heads",
        [](bool causal) {

@@ -51,8 +51,12 @@ at::Tensor ExtractorImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   if (x.dim() != 3 || x.size(2) != options.d_model())
     throw std::invalid_argument(fmt::format("Extractor: x must be [B, t, {}], got {}",
                                             options.d_model(), fmt::join(x.sizes(), ", ")));
-  const at::Tensor xin = mask.defined() ? x * mask.unsqueeze(-1).to(x.dtype()) : x;
-  return finish(xin, ops::extractor_conv(xin, w_ext, options.impl()));
+  if (!mask.defined()) return finish(x, ops::extractor_conv(x, w_ext, options.impl()));
+  // Zero padded inputs (they then feed nothing forward) and padded outputs (without the
+  // adjustment they would carry the sum over earlier positions).
+  const at::Tensor keep = mask.unsqueeze(-1).to(x.dtype());
+  const at::Tensor xin = x * keep;
+  return finish(xin, ops::extractor_conv(xin, w_ext, options.impl())) * keep;
 }
 
 MixerState ExtractorImpl::init_state(int64_t batch) const {

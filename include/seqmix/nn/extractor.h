@@ -46,7 +46,7 @@ class ExtractorImpl : public MixerImpl {
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
   /// x [B, t, D], mask [B, t] bool or undefined -> [B, t, D]. Padded positions are zeroed
-  /// before the convolution, so they contribute nothing.
+  /// before the convolution, so they contribute nothing, and their outputs are 0.
   /// @throws std::invalid_argument if t > max_len or D != d_model.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) override;
   MixerState init_state(int64_t batch) const override;
