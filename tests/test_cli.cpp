@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "support/gradcheck.h"
@@ -165,3 +166,48 @@ TEST(Cli, TrainEvalGenerateRoundTrip) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t end = out.find('\n', pos);
+    const std::string line = out.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return rows;
+}
+
+}  // namespace
+
+// The benchmark's output contract (not its speed): one JSON object per measurement with the
+// documented keys, for both modes; an unknown op is a clear error.
+TEST(Cli, BenchJsonRows) {
+  auto r = run("bench extractor --L 8 --B 2 --D 8 --heads 2 --reps 1 --json --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::set<std::string> ops;
+  for (const auto& row : json_lines(r.output)) {
+    ops.insert(row.at("op").get<std::string>());
+    if (row["op"] == "stream_triad") continue;
+    for (const char* key : {"L", "B", "D", "fwd_ms", "fwd_bwd_ms", "peak_mib"})
+      EXPECT_TRUE(row.contains(key)) << key << " missing in " << row.dump();
+    EXPECT_EQ(row["L"], 8);
+    EXPECT_EQ(row["B"], 2);
+    EXPECT_EQ(row["D"], 8);
+  }
+  EXPECT_EQ(ops, (std::set<std::string>{"stream_triad", "extractor_fast", "extractor_reference",
+                                        "attention_layer"}));
+  r = run("bench ops --L 16 --B 1 --D 16 --heads 2 --reps 1 --json --threads 1 --ops aib_fused");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[1]["op"], "aib_fused");
+  EXPECT_TRUE(rows[1].contains("fwd_gbps"));
+  r = run("bench ops --ops aib_fast --reps 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("unknown op 'aib_fast'"), std::string::npos) << r.output;
+}

@@ -149,9 +149,12 @@ int main(int argc, char** argv) {
   int64_t bench_threads = 0, bench_blas_threads = 0;
   std::string bench_mode;
   auto* bench = app.add_subcommand("bench", "benchmark programs (not tests)");
-  bench->add_option("mode", bench_mode, "ops: AIB fused vs reference vs softmax attention")
+  bench->add_option("mode", bench_mode,
+                    "ops: AIB fused vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
+                    "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
+                    "(B=64, D=128, L=l=128). Options override the mode's defaults.")
       ->required()
-      ->check(CLI::IsMember({"ops"}));
+      ->check(CLI::IsMember({"ops", "extractor"}));
   bench->add_option("--L", bench_opts.lengths, "sequence lengths")->delimiter(',');
   bench->add_option("--B", bench_opts.batch, "batch size");
   bench->add_option("--D", bench_opts.d_model, "channels / d_model");
@@ -173,11 +176,20 @@ int main(int argc, char** argv) {
     if (info->parsed()) return cmd_info();
 
     if (bench->parsed()) {
+      if (bench_mode == "extractor") {
+        // The mode's defaults, then whatever the command line set explicitly.
+        auto d = seqmix::bench::OpsBenchOptions::extractor_defaults();
+        if (bench->count("--L") == 0) bench_opts.lengths = d.lengths;
+        if (bench->count("--B") == 0) bench_opts.batch = d.batch;
+        if (bench->count("--D") == 0) bench_opts.d_model = d.d_model;
+        if (bench->count("--ops") == 0) bench_opts.ops = d.ops;
+      }
       const int64_t n = seqmix::train::configure_threads(bench_threads, bench_blas_threads);
       std::vector<nlohmann::json> rows;
       if (!bench_json)
-        fmt::print(stderr, "seqmix bench ops: B={} D={} heads={} reps={} threads={} (float32)\n",
-                   bench_opts.batch, bench_opts.d_model, bench_opts.n_heads, bench_opts.reps, n);
+        fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} (float32)\n",
+                   bench_mode, bench_opts.batch, bench_opts.d_model, bench_opts.n_heads,
+                   bench_opts.reps, n);
       seqmix::bench::run_ops_bench(bench_opts, [&](const nlohmann::json& row) {
         rows.push_back(row);
         if (bench_json) {

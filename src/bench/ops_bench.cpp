@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/extractor.h"
 #include "seqmix/nn/self_attention.h"
 #include "seqmix/ops/aib_scan.h"
 #include "seqmix/util/memory.h"
@@ -85,6 +86,8 @@ int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, i
   const int64_t K = ops::aib_num_levels(L);
   if (op == "aib_fused") return 8 * bld;
   if (op == "aib_layer") return 14 * bld;
+  if (op == "extractor_fast") return 16 * bld + 8 * L * D * D * 4;
+  if (op == "extractor_reference") return 4 * L * bld + 4 * L * D * D * 4;
   // Calibrated on measured peaks (docs/RESULTS.md): the reference keeps about two [B, L, D]
   // tensors per level; attention about three [B, H, L, L] score-sized tensors at once.
   if (op == "aib_reference") return (2 * K + 8) * bld;
@@ -120,13 +123,14 @@ double stream_triad_gbps(int64_t n, int reps) {
 
 void run_ops_bench(const OpsBenchOptions& o,
                    const std::function<void(const nlohmann::json&)>& emit) {
-  const std::vector<std::string> known = {"aib_fused", "aib_reference", "aib_layer",
-                                          "attention_layer"};
+  const std::vector<std::string> known = {"aib_fused",      "aib_reference",
+                                          "aib_layer",      "attention_layer",
+                                          "extractor_fast", "extractor_reference"};
   for (const auto& op : o.ops)
     if (std::find(known.begin(), known.end(), op) == known.end())
-      throw std::invalid_argument(
-          "bench: unknown op '" + op +
-          "' (expected aib_fused, aib_reference, aib_layer, attention_layer)");
+      throw std::invalid_argument("bench: unknown op '" + op +
+                                  "' (expected aib_fused, aib_reference, aib_layer, "
+                                  "attention_layer, extractor_fast, extractor_reference)");
   if (o.batch < 1 || o.d_model < 2 || o.n_heads < 1 || o.reps < 1 || o.d_model % o.n_heads)
     throw std::invalid_argument("bench: B, D, heads and reps must be positive, heads dividing D");
   for (int64_t L : o.lengths)
@@ -167,6 +171,17 @@ void run_ops_bench(const OpsBenchOptions& o,
             },
             o.reps);
         if (fused) row["fwd_gbps"] = 3.0 * 4.0 * static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
+      } else if (op == "extractor_fast" || op == "extractor_reference") {
+        // The whole layer (eqs. 18-20), with l = the longest L of the run.
+        nn::Extractor layer(nn::ExtractorOptions(D, max_L).impl(
+            op == "extractor_fast" ? ops::ExtractorImpl::fft : ops::ExtractorImpl::reference));
+        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
+        t = measure(
+            [&](bool) {
+              zero_grads(*layer, xs);
+              return layer->forward(xs[0], {});
+            },
+            o.reps);
       } else if (op == "aib_layer") {
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
         std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
@@ -220,16 +235,16 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     by[{r["op"].get<std::string>(), L}] = r;
   }
   out += fmt::format("STREAM triad: {:.1f} GB/s\n\n", triad);
-  out += fmt::format("{:<16} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms", "fwd+bwd ms",
+  out += fmt::format("{:<20} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms", "fwd+bwd ms",
                      "peak MiB", "fwd GB/s");
   for (const auto& r : rows) {
     if (r["op"] == "stream_triad") continue;
     if (r.contains("skipped")) {
-      out += fmt::format("{:<16} {:>6}   skipped: {}\n", r["op"].get<std::string>(),
+      out += fmt::format("{:<20} {:>6}   skipped: {}\n", r["op"].get<std::string>(),
                          r["L"].get<int64_t>(), r["skipped"].get<std::string>());
       continue;
     }
-    out += fmt::format("{:<16} {:>6} {:>11.2f} {:>13.2f} {:>10.1f} {:>9}\n",
+    out += fmt::format("{:<20} {:>6} {:>11.2f} {:>13.2f} {:>10.1f} {:>9}\n",
                        r["op"].get<std::string>(), r["L"].get<int64_t>(), r["fwd_ms"].get<double>(),
                        r["fwd_bwd_ms"].get<double>(), r["peak_mib"].get<double>(),
                        r.contains("fwd_gbps") ? fmt::format("{:.1f}", r["fwd_gbps"].get<double>())
@@ -254,6 +269,13 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
       line += fmt::format("  attention/aib_layer fwd+bwd {:.1f}x, memory {:.2f}x",
                           at->at("fwd_bwd_ms").get<double>() / al->at("fwd_bwd_ms").get<double>(),
                           al->at("peak_mib").get<double>() / at->at("peak_mib").get<double>());
+    const auto *ef = get("extractor_fast", L), *er = get("extractor_reference", L);
+    if (ef && er)
+      line += fmt::format("  extractor reference/fast fwd+bwd {:.1f}x",
+                          er->at("fwd_bwd_ms").get<double>() / ef->at("fwd_bwd_ms").get<double>());
+    if (ef && at)
+      line += fmt::format("  attention/extractor_fast fwd+bwd {:.2f}x",
+                          at->at("fwd_bwd_ms").get<double>() / ef->at("fwd_bwd_ms").get<double>());
     out += line + "\n";
   }
   if (lengths.size() >= 2) {

@@ -10,7 +10,9 @@
 ///   aib_reference    ops::aib_scan_reference, the papers' algorithm in ATen (op only);
 ///   aib_layer        nn::AIBAttention (projections included, fused scan), causal;
 ///   attention_layer  nn::SelfAttention, causal, n_heads heads: the faster of matmul +
-///                    softmax and at::_scaled_dot_product_attention, measured at each L.
+///                    softmax and at::_scaled_dot_product_attention, measured at each L;
+///   extractor_fast   nn::Extractor (extractor eqs. 18-20, l = the longest L) on the FFT path;
+///   extractor_reference  the same layer on the literal per-lag sum.
 /// plus a STREAM-triad bandwidth (a = b + s c over 3 x 128 MiB float arrays, best of 5) and
 /// the fused forward's achieved bandwidth on its minimal traffic (read A and V, write O).
 /// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
@@ -29,6 +31,17 @@ struct OpsBenchOptions {
   int64_t n_heads = 8;
   int64_t reps = 5;
   std::vector<std::string> ops = {"aib_fused", "aib_reference", "aib_layer", "attention_layer"};
+
+  /// Defaults of `seqmix bench extractor`: the Extractor paper's shape (Table 1: l = t = 128,
+  /// D = 128, batch 64) with both Extractor paths next to self-attention.
+  static OpsBenchOptions extractor_defaults() {
+    OpsBenchOptions o;
+    o.lengths = {128};
+    o.batch = 64;
+    o.d_model = 128;
+    o.ops = {"extractor_fast", "extractor_reference", "attention_layer"};
+    return o;
+  }
 };
 
 /// Runs the benchmark; `emit` receives one JSON object per measurement as soon as it is
