@@ -13,7 +13,8 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 std::vector<std::string> family_names() {
-  return {"weird-net", "aib-net", "weird-net-a", "moss", "transformer"};
+  return {"weird-net", "aib-net", "weird-net-a", "moss", "transformer", "extractor-transformer",
+          "transformer-plain"};
 }
 
 const std::vector<SizePreset>& size_presets() {
@@ -24,6 +25,7 @@ const std::vector<SizePreset>& size_presets() {
       {"small", 12, 768, 3072, 12, 1024, "weird-net Table VII (GPT-2 small)"},
       {"medium", 24, 1024, 4096, 16, 1024, "weird-net Table VII (GPT-2 medium)"},
       {"large", 36, 1280, 5120, 20, 1024, "weird-net Table VII (GPT-2 large)"},
+      {"table1", 6, 128, 512, 8, 128, "extractor Table 1 (m = 6, d = 128, c = 512, l = 128)"},
   };
   return sizes;
 }
@@ -42,6 +44,15 @@ ModelConfig make_model_config(const std::string& family, const std::string& size
     c.aib_bias = true;
   } else if (family == "transformer") {
     c.mixers = {"attention"};
+  } else if (family == "extractor-transformer" || family == "transformer-plain") {
+    // The Extractor paper's stack (Sec. 4, 6): no LayerNorm, no biases, no dropout, learned
+    // positions, ReLU FFN, separate output matrix; its baseline is the same stack with
+    // self-attention (transformer-plain, heads from the size or --set model.n_heads).
+    c.mixers = {family == "extractor-transformer" ? "extractor" : "attention"};
+    c.norm = false;
+    c.bias = false;
+    c.activation = "relu";
+    c.tie_embeddings = false;
   } else {
     throw std::invalid_argument("unknown model preset '" + family +
                                 "' (expected one of: " + join(family_names()) + ")");

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/extractor.h"
 #include "seqmix/nn/self_attention.h"
 
 namespace seqmix::models {
@@ -26,13 +27,16 @@ void ModelConfig::validate() const {
                             std::to_string(n_heads));
     } else if (m == "aib") {
       if (!causal && d_model % 2 != 0) fail("d_model", "must be even for the AIB encoder");
+    } else if (m == "extractor") {
+      if (!causal) fail("causal", "the Extractor is causal only");
     } else {
-      fail("mixers", "unknown mixer '" + m + "' (expected aib or attention)");
+      fail("mixers", "unknown mixer '" + m + "' (expected aib, attention or extractor)");
     }
   }
   nn::parse_activation(activation);  // throws with the offending name
   ops::parse_aib_weights(aib_weights);
   ops::parse_aib_impl(aib_impl);
+  ops::parse_extractor_impl(extractor_impl);
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -43,12 +47,14 @@ int64_t ModelConfig::num_parameters() const {
     if (m == "aib")
       n += 3 * D * D + D + (aib_bias ? 2 * D : 0) +
            (aib_weights == "ones" ? 0 : ops::aib_num_levels(max_len) * D);
+    else if (m == "extractor")
+      n += max_len * D * D + (extractor_adjust ? D * D : 0) + (extractor_out_proj ? D * D : 0);
     else
-      n += 4 * D * D + 4 * D;
-    n += 2 * D * d_ff + d_ff + D;  // FFN
-    n += 4 * D;                    // two LayerNorms
+      n += 4 * D * D + (bias ? 4 * D : 0);
+    n += 2 * D * d_ff + (bias ? d_ff + D : 0);  // FFN
+    if (norm) n += 4 * D;                       // two LayerNorms
   }
-  n += 2 * D;                                // final norm
+  if (norm) n += 2 * D;                      // final norm
   if (!tie_embeddings) n += D * vocab_size;  // head (no bias)
   return n;
 }
@@ -72,20 +78,30 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
                                                      .bias_av(config_.aib_bias)
                                                      .impl(ops::parse_aib_impl(config_.aib_impl))
                                                      .n_layers(config_.n_layers));
+    } else if (kind == "extractor") {
+      mixer = std::make_shared<nn::ExtractorImpl>(
+          nn::ExtractorOptions(D, config_.max_len)
+              .adjust(config_.extractor_adjust)
+              .out_proj(config_.extractor_out_proj)
+              .impl(ops::parse_extractor_impl(config_.extractor_impl))
+              .n_layers(config_.n_layers));
     } else {
       mixer = std::make_shared<nn::SelfAttentionImpl>(nn::SelfAttentionOptions(D, config_.n_heads)
                                                           .causal(config_.causal)
                                                           .dropout(config_.dropout)
+                                                          .bias(config_.bias)
                                                           .n_layers(config_.n_layers));
     }
     blocks->push_back(nn::Block(mixer,
                                 nn::FeedForwardOptions(D, config_.d_ff)
                                     .activation(act)
                                     .dropout(config_.dropout)
+                                    .bias(config_.bias)
                                     .n_layers(config_.n_layers),
-                                config_.pre_norm, config_.dropout));
+                                config_.pre_norm, config_.dropout, config_.norm));
   }
-  norm_f = register_module("norm_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
+  if (config_.norm)
+    norm_f = register_module("norm_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
   if (!config_.tie_embeddings)
     head = register_module(
         "head", torch::nn::Linear(torch::nn::LinearOptions(D, config_.vocab_size).bias(false)));
@@ -106,7 +122,7 @@ at::Tensor SequenceModelImpl::hidden(const at::Tensor& tokens, const at::Tensor&
   at::Tensor x = tok_emb(tokens) + pos_emb.narrow(0, 0, L);
   if (config_.dropout > 0 && is_training()) x = at::dropout(x, config_.dropout, true);
   for (const auto& m : *blocks) x = m->as<nn::BlockImpl>()->forward(x, mask);
-  return norm_f(x);
+  return norm_f ? norm_f(x) : x;
 }
 
 at::Tensor SequenceModelImpl::logits(const at::Tensor& h) {
@@ -132,7 +148,7 @@ at::Tensor SequenceModelImpl::step(const at::Tensor& token, std::vector<nn::Mixe
   at::Tensor x = tok_emb(token) + pos_emb[pos];
   size_t i = 0;
   for (const auto& m : *blocks) x = m->as<nn::BlockImpl>()->step(x, states[i++]);
-  return logits(norm_f(x));
+  return logits(norm_f ? norm_f(x) : x);
 }
 
 }  // namespace seqmix::models

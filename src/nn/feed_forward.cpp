@@ -31,8 +31,12 @@ FeedForwardImpl::FeedForwardImpl(FeedForwardOptions options_)
 }
 
 void FeedForwardImpl::reset() {
-  w_1 = register_module("w_1", torch::nn::Linear(options.d_model(), options.d_ff()));
-  w_2 = register_module("w_2", torch::nn::Linear(options.d_ff(), options.d_model()));
+  w_1 = register_module("w_1", torch::nn::Linear(torch::nn::LinearOptions(options.d_model(),
+                                                                           options.d_ff())
+                                                     .bias(options.bias())));
+  w_2 = register_module("w_2", torch::nn::Linear(torch::nn::LinearOptions(options.d_ff(),
+                                                                           options.d_model())
+                                                     .bias(options.bias())));
   reset_parameters();
 }
 
@@ -42,9 +46,9 @@ void FeedForwardImpl::reset_parameters() {
   const double F = static_cast<double>(options.d_ff());
   const double N = static_cast<double>(options.n_layers());
   w_1->weight.normal_(0.0, 1.0 / std::sqrt(D));
-  w_1->bias.zero_();
+  if (options.bias()) w_1->bias.zero_();
   w_2->weight.normal_(0.0, 1.7047 * std::sqrt(std::max(1.0 - 2.0 / D, 1e-3) / (2.0 * N * F)));
-  w_2->bias.zero_();
+  if (options.bias()) w_2->bias.zero_();
 }
 
 void FeedForwardImpl::pretty_print(std::ostream& stream) const {

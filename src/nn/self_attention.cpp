@@ -14,8 +14,10 @@ void SelfAttentionImpl::reset() {
   const int64_t D = options.d_model(), H = options.n_heads();
   TORCH_CHECK(H > 0 && D % H == 0, "SelfAttention: n_heads (", H, ") must divide d_model (", D,
               ")");
-  qkv = register_module("qkv", torch::nn::Linear(D, 3 * D));
-  out = register_module("out", torch::nn::Linear(D, D));
+  qkv = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(D, 3 * D).bias(options.bias())));
+  out = register_module("out",
+                        torch::nn::Linear(torch::nn::LinearOptions(D, D).bias(options.bias())));
   reset_parameters();
 }
 
@@ -24,9 +26,9 @@ void SelfAttentionImpl::reset_parameters() {
   const double D = static_cast<double>(options.d_model());
   const double N = static_cast<double>(options.n_layers());
   qkv->weight.normal_(0.0, 1.0 / std::sqrt(D));
-  qkv->bias.zero_();
+  if (options.bias()) qkv->bias.zero_();
   out->weight.normal_(0.0, std::sqrt(std::max(1.0 - 2.0 / D, 1e-3) / (2.0 * N * D)));
-  out->bias.zero_();
+  if (options.bias()) out->bias.zero_();
 }
 
 void SelfAttentionImpl::pretty_print(std::ostream& stream) const {

@@ -33,7 +33,12 @@ toml::table to_table(const RunConfig& c) {
                     {"aib_impl", m.aib_impl},
                     {"pre_norm", m.pre_norm},
                     {"dropout", m.dropout},
-                    {"tie_embeddings", m.tie_embeddings}};
+                    {"tie_embeddings", m.tie_embeddings},
+                    {"norm", m.norm},
+                    {"bias", m.bias},
+                    {"extractor_adjust", m.extractor_adjust},
+                    {"extractor_out_proj", m.extractor_out_proj},
+                    {"extractor_impl", m.extractor_impl}};
   const auto& d = c.data;
   toml::table data{{"source", d.source}, {"dir", d.dir}, {"eval_split", d.eval_split}};
   const auto& t = c.train;
@@ -131,6 +136,15 @@ T get(const toml::table& t, const char* section, const char* key, const std::str
   return *v;
 }
 
+// Keys added after the first release: absent (an older config or checkpoint) means the
+// value they had before the key existed; present but mistyped is still an error.
+template <typename T>
+T get_or(const toml::table& t, const char* section, const char* key, T fallback,
+         const std::string& origin) {
+  if (!t[section][key]) return fallback;
+  return get<T>(t, section, key, origin);
+}
+
 RunConfig from_table(const toml::table& t, const std::string& origin) {
   RunConfig c;
   auto& m = c.model;
@@ -153,6 +167,11 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   m.pre_norm = get<bool>(t, "model", "pre_norm", origin);
   m.dropout = get<double>(t, "model", "dropout", origin);
   m.tie_embeddings = get<bool>(t, "model", "tie_embeddings", origin);
+  m.norm = get_or<bool>(t, "model", "norm", true, origin);
+  m.bias = get_or<bool>(t, "model", "bias", true, origin);
+  m.extractor_adjust = get_or<bool>(t, "model", "extractor_adjust", true, origin);
+  m.extractor_out_proj = get_or<bool>(t, "model", "extractor_out_proj", true, origin);
+  m.extractor_impl = get_or<std::string>(t, "model", "extractor_impl", "fft", origin);
   c.data.source = get<std::string>(t, "data", "source", origin);
   c.data.dir = get<std::string>(t, "data", "dir", origin);
   c.data.eval_split = get<std::string>(t, "data", "eval_split", origin);

@@ -29,7 +29,8 @@ struct ModelConfig {
   int64_t n_heads = 4;               ///< heads of every self-attention mixer
   int64_t d_ff = 512;                ///< FFN inner width
   int64_t max_len = 256;             ///< longest sequence (learned positions, AIB levels)
-  /// Mixer of layer i (0-based) is mixers[i % mixers.size()]: "aib" or "attention".
+  /// Mixer of layer i (0-based) is mixers[i % mixers.size()]: "aib", "attention" or
+  /// "extractor" (the Extractor, whose max_len is its number of lag matrices l).
   /// {"aib", "attention"} is Structure B (AIB in the 1st, 3rd, ... layers), {"aib"} Structure A.
   std::vector<std::string> mixers = {"aib", "attention"};
   bool causal = true;                      ///< decoder (true) or encoder (false)
@@ -40,6 +41,11 @@ struct ModelConfig {
   bool pre_norm = true;                    ///< pre-norm (GPT-2) or post-norm blocks
   double dropout = 0.0;                    ///< residual, FFN and attention dropout
   bool tie_embeddings = true;              ///< LM head shares the token embedding matrix
+  bool norm = true;    ///< LayerNorms in every block and before the head (false: none at all)
+  bool bias = true;    ///< biases of the FFN and self-attention projections
+  bool extractor_adjust = true;        ///< Extractor: the adjustment (X W_adj) * ext (eq. 19)
+  bool extractor_out_proj = true;      ///< Extractor: the optional W_opt (eq. 20)
+  std::string extractor_impl = "fft";  ///< Extractor convolution: fft | reference
 
   /// @throws std::invalid_argument naming the first inconsistent field.
   void validate() const;
@@ -70,7 +76,7 @@ class SequenceModelImpl : public torch::nn::Module {
   torch::nn::Embedding tok_emb{nullptr};
   at::Tensor pos_emb;  ///< [max_len, D]
   torch::nn::ModuleList blocks{nullptr};
-  torch::nn::LayerNorm norm_f{nullptr};
+  torch::nn::LayerNorm norm_f{nullptr};  ///< null when config.norm is false
   torch::nn::Linear head{nullptr};  ///< only when !tie_embeddings
 
  private:

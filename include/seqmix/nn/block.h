@@ -15,8 +15,9 @@ namespace seqmix::nn {
 class BlockImpl : public torch::nn::Module {
  public:
   /// @param mixer  the sequence mixer of this layer (AIB attention, self-attention, ...).
+  /// @param norm   LayerNorms in the block (false: none, as in the Extractor paper, Sec. 4).
   BlockImpl(std::shared_ptr<MixerImpl> mixer, FeedForwardOptions ffn, bool pre_norm,
-            double dropout);
+            double dropout, bool norm = true);
   /// x [B, L, D], mask [B, L] bool or undefined -> [B, L, D].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask);
   /// One decoding step: x_t [B, D] -> [B, D] (see MixerImpl::step).
@@ -24,12 +25,14 @@ class BlockImpl : public torch::nn::Module {
 
   std::shared_ptr<MixerImpl> mixer;
   FeedForward ffn{nullptr};
-  torch::nn::LayerNorm norm_1{nullptr}, norm_2{nullptr};
+  torch::nn::LayerNorm norm_1{nullptr}, norm_2{nullptr};  ///< null when built without norms
   bool pre_norm;
   double dropout;
 
  private:
   at::Tensor drop(const at::Tensor& x);
+  at::Tensor n1(const at::Tensor& x) { return norm_1 ? norm_1(x) : x; }
+  at::Tensor n2(const at::Tensor& x) { return norm_2 ? norm_2(x) : x; }
 };
 TORCH_MODULE(Block);
 

@@ -21,6 +21,8 @@ struct FeedForwardOptions {
   TORCH_ARG(int64_t, d_ff);
   TORCH_ARG(Activation, activation) = Activation::gelu;
   TORCH_ARG(double, dropout) = 0.0;
+  /// Biases b_1, b_2 (the Extractor paper disables all biases).
+  TORCH_ARG(bool, bias) = true;
   /// Number of stacked layers N, for the W_2 init std.
   TORCH_ARG(int64_t, n_layers) = 1;
 };

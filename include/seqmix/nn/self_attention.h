@@ -21,6 +21,8 @@ struct SelfAttentionOptions {
   TORCH_ARG(bool, causal) = true;
   /// Dropout on the attention probabilities (training only).
   TORCH_ARG(double, dropout) = 0.0;
+  /// Biases of the QKV and output projections.
+  TORCH_ARG(bool, bias) = true;
   /// Number of stacked layers N, for the output-projection init (as W_O of AIB attention).
   TORCH_ARG(int64_t, n_layers) = 1;
   /// Compute softmax(QK^T)V with at::_scaled_dot_product_attention instead of matmul +
