@@ -101,6 +101,17 @@ void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
     if (x.grad().defined()) x.mutable_grad().reset();
 }
 
+// One mixer layer on x [B, L, D] (no mask), input and parameter gradients cleared each run.
+Timing measure_mixer(nn::MixerImpl& layer, int64_t B, int64_t L, int64_t D, int64_t reps) {
+  std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
+  return measure(
+      [&](bool) {
+        zero_grads(layer, xs);
+        return layer.forward(xs[0], {});
+      },
+      reps);
+}
+
 }  // namespace
 
 double stream_triad_gbps(int64_t n, int reps) {
@@ -175,35 +186,17 @@ void run_ops_bench(const OpsBenchOptions& o,
         // The whole layer (eqs. 18-20), with l = the longest L of the run.
         nn::Extractor layer(nn::ExtractorOptions(D, max_L).impl(
             op == "extractor_fast" ? ops::ExtractorImpl::fft : ops::ExtractorImpl::reference));
-        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
-        t = measure(
-            [&](bool) {
-              zero_grads(*layer, xs);
-              return layer->forward(xs[0], {});
-            },
-            o.reps);
+        t = measure_mixer(*layer, B, L, D, o.reps);
       } else if (op == "aib_layer") {
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
-        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
-        t = measure(
-            [&](bool) {
-              zero_grads(*layer, xs);
-              return layer->forward(xs[0], {});
-            },
-            o.reps);
+        t = measure_mixer(*layer, B, L, D, o.reps);
       } else {
         // The faster of the two softmax-attention implementations LibTorch offers here.
         Timing best;
         std::string which;
         for (bool sdpa : {false, true}) {
           nn::SelfAttention layer(nn::SelfAttentionOptions(D, H).use_sdpa(sdpa));
-          std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
-          const Timing ti = measure(
-              [&](bool) {
-                zero_grads(*layer, xs);
-                return layer->forward(xs[0], {});
-              },
-              o.reps);
+          const Timing ti = measure_mixer(*layer, B, L, D, o.reps);
           if (which.empty() || ti.fwd_bwd_ms < best.fwd_bwd_ms) {
             best = ti;
             which = sdpa ? "scaled_dot_product_attention" : "matmul_softmax";

@@ -519,18 +519,24 @@ inline void fast_tile_levels(const FastSetup<T>& f, int64_t m, V<T>* h, V<T>* u,
   }
 }
 
+// The carries tile t leaves for tile t + 1: every tile's in the backward layout (the
+// backward recompute reads them again), two alternating slots in the forward one.
+template <typename T>
+inline V<T>* carry_slot(const AIBFastLayout& lay, V<T>* base, int64_t t) {
+  return base + lay.carry + 2 * lay.T * (lay.backward ? t : (t & 1));
+}
+
 // Phase 1 of both passes: the state [Lp] (h, then u at +Lp) after the tile levels.
 template <typename T>
 void fast_phase1(const AIBScanParams<T>& p, const FastSetup<T>& f, const AIBFastLayout& lay,
                  V<T>* base) {
   V<T>* h = base + lay.state;
-  V<T>* carry = base + lay.carry;
-  auto slot = [&](int64_t t) { return carry + 2 * lay.T * (lay.backward ? t : (t & 1)); };
   for (int64_t t = 0; t < lay.R; ++t) {
     const int64_t t0 = t * lay.T;
     fast_x0(p, f, t0, lay.T, h + t0, h + lay.Lp + t0);
-    fast_tile_levels<T>(f, lay.m, h + t0, h + lay.Lp + t0, t > 0 ? slot(t - 1) : nullptr,
-                        t + 1 < lay.R ? slot(t) : nullptr, nullptr);
+    fast_tile_levels<T>(f, lay.m, h + t0, h + lay.Lp + t0,
+                        t > 0 ? carry_slot<T>(lay, base, t - 1) : nullptr,
+                        t + 1 < lay.R ? carry_slot<T>(lay, base, t) : nullptr, nullptr);
   }
 }
 
@@ -657,14 +663,13 @@ bool backward_block_fast(const AIBScanParams<T>& p, const BlockStats<T>& stats,
   // Phase 1 backward, last tile first: recompute the tile's levels (snapshots), then the
   // transposed tile levels on the adjoints; carries of the next tile's adjoints at
   // rcarry[cur], this tile's for the previous one at rcarry[1 - cur].
-  V<T>* carry = base + lay.carry;
   V<T>* snap = base + lay.tile;  // m snapshots, then the working tile
   V<T>* work = snap + 2 * m * Tn;
   V<T>* rc[2] = {base + lay.rcarry, base + lay.rcarry + 2 * Tn};
   int cur = 0;
   for (int64_t t = R - 1; t >= 0; --t) {
     const int64_t t0 = t * Tn;
-    const V<T>* cin = t > 0 ? carry + 2 * Tn * (t - 1) : nullptr;
+    const V<T>* cin = t > 0 ? carry_slot<T>(lay, base, t - 1) : nullptr;
     fast_x0(p, f, t0, Tn, work, work + Tn);
     fast_tile_levels<T>(f, m, work, work + Tn, cin, nullptr, snap);
     V<T>*ah = sh + t0, *au = su + t0;
@@ -838,6 +843,29 @@ AIBScanParams<T> block_params(const AIBScanParams<T>& p, const Staging<T>& st, i
   return q;
 }
 
+// Stages work item g: mask and log weights, then A and V (and dL/dO for the backward) with
+// each block's statistics for the fast path's bounds.
+template <typename T>
+void stage_item(const AIBScanParams<T>& p, const Group& g, Staging<T>& st, BlockStats<T>* stats,
+                bool with_grad) {
+  constexpr int64_t N = Traits<T>::N;
+  stage_common(p, g, st, N);
+  for (int64_t k = 0; k < g.nblk; ++k) stats[k].reset();
+  stage_in(p.a, st.x0, g, p.L, p.D, N, st.mask, Stat::minmax, stats);
+  stage_in(p.v, st.x1, g, p.L, p.D, N, st.mask, Stat::vabs, stats);
+  if (with_grad) stage_in(p.grad_o, st.x2, g, p.L, p.D, N, st.mask, Stat::gabs, stats);
+}
+
+// True if the block must run on the exponent path: forced, or the fast attempt (made only
+// when not forced) gave up, which is counted.
+template <typename Attempt>
+bool needs_exact_path(Attempt fast_attempt) {
+  if (aib_exact_path_forced()) return true;
+  if (fast_attempt()) return false;
+  aib_count_fallback();
+  return true;
+}
+
 template <typename T>
 void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
   constexpr int64_t N = Traits<T>::N;
@@ -849,19 +877,16 @@ void forward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* 
   BlockStats<T> stats[aib_group_blocks()];
   for (int64_t item = begin; item < end; ++item) {
     const Group g = group_of(item, p.D, p.bidirectional, N, G);
-    stage_common(p, g, st, N);
-    for (auto& b : stats) b.reset();
-    stage_in(p.a, st.x0, g, L, p.D, N, st.mask, Stat::minmax, stats);
-    stage_in(p.v, st.x1, g, L, p.D, N, st.mask, Stat::vabs, stats);
+    stage_item(p, g, st, stats, false);
     for (int64_t k = 0; k < g.nblk; ++k) {
       AIBScanParams<T> q = block_params(p, st, k, N);
       q.a = st.x0 + k * L * N;
       q.v = st.x1 + k * L * N;
       q.o = st.x2 + k * L * N;  // exponent path: staged, then copied out
-      const bool exact = aib_exact_path_forced() ||
-                         !forward_block_fast(q, stats[k], dest_of(p.o, g, k, L, p.D, N), block_scratch);
-      if (!exact) continue;
-      if (!aib_exact_path_forced()) aib_count_fallback();
+      if (!needs_exact_path([&] {
+            return forward_block_fast(q, stats[k], dest_of(p.o, g, k, L, p.D, N), block_scratch);
+          }))
+        continue;
       forward_block_exact(q, block_scratch);
       stage_out(st.x2, p.o, g, L, p.D, N, k, k + 1);
     }
@@ -880,11 +905,7 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
   BlockStats<T> stats[aib_group_blocks()];
   for (int64_t item = begin; item < end; ++item) {
     const Group g = group_of(item, p.D, p.bidirectional, N, G);
-    stage_common(p, g, st, N);
-    for (auto& b : stats) b.reset();
-    stage_in(p.a, st.x0, g, L, p.D, N, st.mask, Stat::minmax, stats);
-    stage_in(p.v, st.x1, g, L, p.D, N, st.mask, Stat::vabs, stats);
-    stage_in(p.grad_o, st.x2, g, L, p.D, N, st.mask, Stat::gabs, stats);
+    stage_item(p, g, st, stats, true);
     for (int64_t k = 0; k < g.nblk; ++k) {
       AIBScanParams<T> q = block_params(p, st, k, N);
       q.a = st.x0 + k * L * N;
@@ -893,12 +914,11 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
       q.grad_a = st.x0 + k * L * N;  // A is read only when the levels are rebuilt, first
       q.grad_v = st.x2 + k * L * N;  // grad_o is read only for the output adjoints, before
       q.grad_lw = glw.data() + k * K * N;
-      const bool exact =
-          aib_exact_path_forced() ||
-          !backward_block_fast(q, stats[k], dest_of(p.grad_a, g, k, L, p.D, N),
-                               dest_of(p.grad_v, g, k, L, p.D, N), block_scratch);
-      if (!exact) continue;
-      if (!aib_exact_path_forced()) aib_count_fallback();
+      if (!needs_exact_path([&] {
+            return backward_block_fast(q, stats[k], dest_of(p.grad_a, g, k, L, p.D, N),
+                                       dest_of(p.grad_v, g, k, L, p.D, N), block_scratch);
+          }))
+        continue;
       backward_block_exact(q, block_scratch);
       stage_out(st.x0, p.grad_a, g, L, p.D, N, k, k + 1);
       stage_out(st.x2, p.grad_v, g, L, p.D, N, k, k + 1);
