@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tokenizer.h"
 #include "support/gradcheck.h"
 
 using namespace seqmix;
@@ -66,16 +67,17 @@ TEST(ByteCorpus, SotuSplitWhenTheDataIsInstalled) {
 TEST(SampleBatch, DependsOnlyOnSeedAndStep) {
   std::string text;
   for (int i = 0; i < 5000; ++i) text += static_cast<char>('a' + i % 26);
-  at::Tensor a = data::sample_batch(text, 4, 16, 7, 3), b = data::sample_batch(text, 4, 16, 7, 3);
+  const auto tokens = data::Tokenizer::bytes().encode(text);
+  at::Tensor a = data::sample_batch(tokens, 4, 16, 7, 3), b = data::sample_batch(tokens, 4, 16, 7, 3);
   EXPECT_TRUE(at::equal(a, b));
-  EXPECT_FALSE(at::equal(a, data::sample_batch(text, 4, 16, 7, 4)));
-  EXPECT_FALSE(at::equal(a, data::sample_batch(text, 4, 16, 8, 3)));
+  EXPECT_FALSE(at::equal(a, data::sample_batch(tokens, 4, 16, 7, 4)));
+  EXPECT_FALSE(at::equal(a, data::sample_batch(tokens, 4, 16, 8, 3)));
   EXPECT_EQ(a.sizes(), (std::vector<int64_t>{4, 17}));
   // Each row is a contiguous crop of the text.
   for (int64_t r = 0; r < 4; ++r)
     for (int64_t i = 1; i < 17; ++i)
       EXPECT_EQ((a[r][i].item<int64_t>() - 'a'), (a[r][i - 1].item<int64_t>() - 'a' + 1) % 26);
-  EXPECT_THROW(data::sample_batch("short", 1, 16, 1, 0), std::runtime_error);
+  EXPECT_THROW(data::sample_batch(data::TokenIds(5, 1), 1, 16, 1, 0), std::runtime_error);
 }
 
 }  // namespace

@@ -52,14 +52,14 @@ TEST(Generate, IsSeededAndRunsPastMaxLen) {
   torch::manual_seed(1);
   models::SequenceModel m(cfg);
   generate::SamplingOptions o;
-  const std::string a = generate::generate_text(m, "Once upon", 40, o, 9);
-  const std::string b = generate::generate_text(m, "Once upon", 40, o, 9);
+  const std::string a = generate::generate_text(m, data::Tokenizer::bytes(), "Once upon", 40, o, 9);
+  const std::string b = generate::generate_text(m, data::Tokenizer::bytes(), "Once upon", 40, o, 9);
   EXPECT_EQ(a.size(), 40u);
   EXPECT_EQ(a, b);
-  EXPECT_NE(a, generate::generate_text(m, "Once upon", 40, o, 10));
+  EXPECT_NE(a, generate::generate_text(m, data::Tokenizer::bytes(), "Once upon", 40, o, 10));
   // Greedy decoding equals the argmax of a full forward pass on the growing text.
   o.temperature = 0;
-  const std::string g = generate::generate_text(m, "ab", 5, o, 0);
+  const std::string g = generate::generate_text(m, data::Tokenizer::bytes(), "ab", 5, o, 0);
   std::string text = "ab";
   torch::NoGradGuard no_grad;
   for (int i = 0; i < 5; ++i) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tokenizer.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/evaluate.h"
@@ -59,7 +60,9 @@ TEST(Train, HeldOutLossFallsForWeirdNetAndTransformer) {
     torch::manual_seed(static_cast<uint64_t>(c.train.seed));
     models::SequenceModel fresh(c.model);
     const auto data = data::ByteCorpus::load(corpus, "unused");
-    const double before = train::evaluate_bytes(fresh, data.eval(), 16).bpc;
+    const double before = train::evaluate(fresh, data::Tokenizer::bytes().encode(data.eval()),
+                                         data::Tokenizer::bytes(), 16)
+                              .bpc;
     train::TrainOptions o;
     o.out_dir = dir + "/" + family;
     const auto r = train::train(c, o);
@@ -122,9 +125,10 @@ TEST(Train, SameSeedSameBatchesForDifferentModels) {
   // Batches are a function of (seed, step) only, so two families see identical data.
   const std::string dir = seqmix::testing::temp_dir("train-batches");
   const auto data = data::ByteCorpus::load(make_corpus(dir), "unused");
+  const auto tokens = data::Tokenizer::bytes().encode(data.train());
   for (int64_t step = 0; step < 5; ++step)
-    EXPECT_TRUE(at::equal(data::sample_batch(data.train(), 8, 32, 5, step),
-                          data::sample_batch(data.train(), 8, 32, 5, step)));
+    EXPECT_TRUE(at::equal(data::sample_batch(tokens, 8, 32, 5, step),
+                          data::sample_batch(tokens, 8, 32, 5, step)));
 }
 
 TEST(Checkpoint, RoundTripAndCorruptFiles) {

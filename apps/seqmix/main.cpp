@@ -3,14 +3,17 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/checkpoint.h"
+#include "seqmix/train/compare.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/trainer.h"
@@ -22,7 +25,7 @@ using seqmix::train::RunConfig;
 
 // Options shared by the commands that resolve a configuration.
 struct ConfigFlags {
-  std::string config_path, model, size, data, data_dir, aib_impl;
+  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer;
   int64_t max_steps = -1, seed = -1, batch_size = -1, threads = -1, max_len = -1;
   double lr = -1;
   std::vector<std::string> set;
@@ -35,12 +38,15 @@ struct ConfigFlags {
     app->add_option("--size", size, "model size: tiny, mini, base, small, medium, large");
     app->add_option("--data", data, "corpus: sotu, moby-dick, or a text file/folder path");
     app->add_option("--data-dir", data_dir, "folder filled by scripts/setup.sh (default: data)");
+    app->add_option("--tokenizer", tokenizer,
+                    "bytes (default) or a SentencePiece model from `seqmix tokenizer train`; "
+                    "sets model.vocab_size to its size");
     app->add_option("--max-steps", max_steps, "optimizer steps");
     app->add_option("--seed", seed, "random seed (init, batch order)");
     app->add_option("--batch-size", batch_size, "sequences per step");
     app->add_option("--lr", lr, "peak learning rate");
     app->add_option("--threads", threads, "intra-op threads (0 = all)");
-    app->add_option("--max-len", max_len, "context length in bytes");
+    app->add_option("--max-len", max_len, "context length in tokens (bytes for byte-level models)");
     app->add_option("--aib-impl", aib_impl, "AIB scan: fused (default) or reference");
     app->add_option("--set", set, "override any key: section.key=value (repeatable)");
   }
@@ -58,6 +64,12 @@ struct ConfigFlags {
     str("data.source", data);
     str("data.dir", data_dir);
     str("model.aib_impl", aib_impl);
+    if (!tokenizer.empty()) {
+      str("data.tokenizer", tokenizer);
+      const auto tok = tokenizer == "bytes" ? seqmix::data::Tokenizer::bytes()
+                                            : seqmix::data::Tokenizer::load(tokenizer);
+      num("model.vocab_size", tok.vocab_size());
+    }
     num("train.max_steps", max_steps);
     num("train.seed", seed);
     num("train.batch_size", batch_size);
@@ -112,20 +124,21 @@ int main(int argc, char** argv) {
   ConfigFlags train_flags;
   std::string out;
   bool resume = false, dump = false;
-  auto* train = app.add_subcommand("train", "train a byte-level language model");
+  auto* train = app.add_subcommand("train", "train a language model (bytes or SentencePiece tokens)");
   train_flags.add_to(train);
   train->add_option("--out", out, "run folder (config.toml, metrics.jsonl, checkpoint.pt)");
   train->add_flag("--resume", resume, "continue from <out>/checkpoint.pt");
   train->add_flag("--dump-config", dump, "print the resolved configuration and exit");
 
   std::string eval_run, eval_data, eval_data_dir, eval_split;
-  int64_t eval_max_bytes = 0, eval_threads = 0, eval_batch = 32;
+  int64_t eval_max_tokens = 0, eval_threads = 0, eval_batch = 32;
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint; prints one JSON line");
   eval->add_option("run", eval_run, "run folder or checkpoint file")->required();
   eval->add_option("--data", eval_data, "corpus (default: the one it was trained on)");
   eval->add_option("--data-dir", eval_data_dir, "folder filled by scripts/setup.sh");
   eval->add_option("--split", eval_split, "valid or test (enwik8/text8)");
-  eval->add_option("--max-bytes", eval_max_bytes, "score only the first N held-out bytes");
+  eval->add_option("--max-tokens,--max-bytes", eval_max_tokens,
+                   "score only the first N held-out tokens (bytes for byte-level models)");
   eval->add_option("--batch-size", eval_batch, "windows per forward pass");
   eval->add_option("--threads", eval_threads, "intra-op threads (0 = all)");
 
@@ -135,14 +148,49 @@ int main(int argc, char** argv) {
   auto* gen = app.add_subcommand("generate", "generate text from a trained model");
   gen->add_option("run", gen_run, "run folder or checkpoint file")->required();
   gen->add_option("--prompt", prompt, "text to continue");
-  gen->add_option("--max-new-tokens", max_new, "bytes to generate")->check(CLI::NonNegativeNumber);
+  gen->add_option("--max-new-tokens", max_new, "tokens to generate (bytes for byte-level models)")
+      ->check(CLI::NonNegativeNumber);
   gen->add_option("--temperature", temperature, "sampling temperature (0 = greedy)");
-  gen->add_option("--top-k", top_k, "keep the k most likely bytes (0 = all)");
+  gen->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)");
   gen->add_option("--top-p", top_p, "nucleus sampling threshold in (0, 1]");
   gen->add_option("--seed", gen_seed, "sampling seed");
   gen->add_option("--threads", gen_threads, "intra-op threads (0 = all)");
 
   auto* info = app.add_subcommand("info", "list model presets with parameter counts");
+
+  auto* tok = app.add_subcommand("tokenizer", "SentencePiece tokenizers");
+  tok->require_subcommand(1);
+  std::string tok_data = "sotu", tok_data_dir = "data", tok_out;
+  seqmix::data::TokenizerOptions tok_opts;
+  auto* tok_train = tok->add_subcommand(
+      "train", "train a SentencePiece BPE model on a corpus's training split (never on held-out "
+               "text); prints one JSON line");
+  tok_train->add_option("--data", tok_data, "corpus: sotu, moby-dick, or a text file/folder path");
+  tok_train->add_option("--data-dir", tok_data_dir, "folder filled by scripts/setup.sh");
+  tok_train->add_option("--vocab-size", tok_opts.vocab_size, "pieces, byte pieces included");
+  tok_train->add_option("--model-type", tok_opts.model_type, "bpe (default) or unigram")
+      ->check(CLI::IsMember({"bpe", "unigram"}));
+  tok_train->add_option("--max-sentences", tok_opts.max_sentences,
+                        "lines sampled for training (0 = all)");
+  tok_train->add_option("--seed", tok_opts.seed, "line sampling seed");
+  tok_train->add_option("--threads", tok_opts.threads, "trainer threads (0 = all)");
+  tok_train->add_option("--out", tok_out, "model file to write, e.g. runs/moby-bpe5000.model")
+      ->required();
+
+  ConfigFlags cmp_flags;
+  seqmix::train::CompareOptions cmp_opts;
+  std::vector<std::string> cmp_models;
+  auto* cmp = app.add_subcommand(
+      "compare",
+      "train several models on exactly the same batches; per-model run folders, summary.jsonl "
+      "and compare.png (training cost per batch, median and quartiles per bucket)");
+  cmp_flags.add_to(cmp);
+  cmp->add_option("--out", cmp_opts.out_dir, "output folder")->required();
+  cmp->add_option("--run", cmp_models,
+                  "a model: \"NAME=PRESET [section.key=value ...]\" (repeatable; the options "
+                  "above apply to every model first)")
+      ->required();
+  cmp->add_option("--bucket", cmp_opts.bucket, "batches per median/quartile bucket (default 100)");
 
   seqmix::bench::OpsBenchOptions bench_opts;
   bool bench_json = false;
@@ -174,6 +222,47 @@ int main(int argc, char** argv) {
 
   try {
     if (info->parsed()) return cmd_info();
+
+    if (tok_train->parsed()) {
+      const auto corpus = seqmix::data::ByteCorpus::load(tok_data, tok_data_dir);
+      const auto t = seqmix::data::Tokenizer::train(corpus.train(), tok_opts);
+      const std::filesystem::path dir = std::filesystem::path(tok_out).parent_path();
+      if (!dir.empty()) std::filesystem::create_directories(dir);
+      t.save(tok_out);
+      const auto tokens = seqmix::data::TokenCorpus::build(corpus, t);
+      fmt::print("{}\n",
+                 nlohmann::json{{"out", tok_out},
+                                {"vocab_size", t.vocab_size()},
+                                {"data", tok_data},
+                                {"train_tokens", tokens.train.size()},
+                                {"eval_tokens", tokens.eval.size()},
+                                {"bytes_per_token", static_cast<double>(corpus.train().size()) /
+                                                        static_cast<double>(tokens.train.size())}}
+                     .dump());
+      return 0;
+    }
+
+    if (cmp->parsed()) {
+      cmp_opts.config_path = cmp_flags.config_path;
+      cmp_opts.shared_overrides = cmp_flags.overrides();
+      for (const auto& spec : cmp_models)
+        cmp_opts.models.push_back(seqmix::train::parse_compare_model(spec));
+      const auto r = seqmix::train::compare(cmp_opts);
+      for (const auto& row : r.rows)
+        fmt::print("{}\n", nlohmann::json{{"name", row.name},
+                                          {"preset", row.preset},
+                                          {"parameters", row.parameters},
+                                          {"steps", row.steps},
+                                          {"train_loss", row.train_loss},
+                                          {"split", "eval"},
+                                          {"loss", row.eval_loss},
+                                          {"perplexity", row.eval_perplexity},
+                                          {"bpc", row.eval_bpc},
+                                          {"seconds", row.seconds}}
+                               .dump());
+      if (!r.plot.empty()) fmt::print(stderr, "compare: plot written to '{}'\n", r.plot);
+      return 0;
+    }
 
     if (bench->parsed()) {
       if (bench_mode == "extractor") {
@@ -226,6 +315,7 @@ int main(int argc, char** argv) {
                                         {"train_loss", r.final_train_loss},
                                         {"split", "eval"},
                                         {"loss", r.eval_loss},
+                                        {"perplexity", r.eval_perplexity},
                                         {"bpc", r.eval_bpc},
                                         {"out", out}}
                              .dump());
@@ -239,16 +329,23 @@ int main(int argc, char** argv) {
       if (!eval_data.empty()) config.data.source = eval_data;
       if (!eval_data_dir.empty()) config.data.dir = eval_data_dir;
       if (!eval_split.empty()) config.data.eval_split = eval_split;
-      const auto corpus = seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,
-                                                         config.data.eval_split);
+      const auto tokenizer =
+          seqmix::train::read_checkpoint_tokenizer(seqmix::train::find_checkpoint(eval_run));
+      const auto corpus = seqmix::data::TokenCorpus::build(
+          seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,
+                                         config.data.eval_split),
+          tokenizer);
       const auto r =
-          seqmix::train::evaluate_bytes(model, corpus.eval(), eval_batch, eval_max_bytes);
+          seqmix::train::evaluate(model, corpus.eval, tokenizer, eval_batch, eval_max_tokens);
       fmt::print("{}\n", nlohmann::json{{"split", "eval"},
                                         {"data", config.data.source},
                                         {"eval_split", config.data.eval_split},
+                                        {"tokenizer", tokenizer.name()},
                                         {"loss", r.loss},
+                                        {"perplexity", r.perplexity},
                                         {"bpc", r.bpc},
                                         {"tokens", r.tokens},
+                                        {"bytes", r.bytes},
                                         {"seconds", r.seconds}}
                              .dump());
       return 0;
@@ -263,9 +360,11 @@ int main(int argc, char** argv) {
       o.top_k = top_k;
       o.top_p = top_p;
       std::fputs(prompt.c_str(), stdout);
-      seqmix::generate::generate_text(model, prompt, max_new, o, static_cast<uint64_t>(gen_seed),
-                                      [](char c) {
-                                        std::fputc(c, stdout);
+      const auto tokenizer =
+          seqmix::train::read_checkpoint_tokenizer(seqmix::train::find_checkpoint(gen_run));
+      seqmix::generate::generate_text(model, tokenizer, prompt, max_new, o,
+                                      static_cast<uint64_t>(gen_seed), [](const std::string& t) {
+                                        std::fputs(t.c_str(), stdout);
                                         std::fflush(stdout);
                                       });
       std::fputc('\n', stdout);

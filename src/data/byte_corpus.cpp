@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -145,35 +144,6 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
   c.description_ +=
       " [" + std::to_string(c.train_.size()) + " / " + std::to_string(c.eval_.size()) + " bytes]";
   return c;
-}
-
-at::Tensor bytes_to_tensor(const std::string& text, int64_t offset, int64_t n) {
-  at::Tensor t = at::empty({n}, at::kLong);
-  int64_t* p = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<unsigned char>(text[static_cast<size_t>(offset + i)]);
-  return t;
-}
-
-at::Tensor sample_batch(const std::string& text, int64_t batch, int64_t len, uint64_t seed,
-                        int64_t step) {
-  const int64_t n = static_cast<int64_t>(text.size());
-  if (n < len + 1)
-    throw std::runtime_error("data: the training split has " + std::to_string(n) +
-                             " bytes, fewer than max_len + 1 = " + std::to_string(len + 1));
-  // One independent stream per (seed, step): batches do not depend on anything drawn before.
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                    static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), 0x5e9u};
-  std::mt19937_64 rng(seq);
-  std::uniform_int_distribution<int64_t> offset(0, n - (len + 1));
-  at::Tensor out = at::empty({batch, len + 1}, at::kLong);
-  int64_t* p = out.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t o = offset(rng);
-    for (int64_t i = 0; i <= len; ++i)
-      p[b * (len + 1) + i] = static_cast<unsigned char>(text[static_cast<size_t>(o + i)]);
-  }
-  return out;
 }
 
 }  // namespace seqmix::data

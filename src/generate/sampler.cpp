@@ -37,45 +37,80 @@ at::Tensor sample_next(const at::Tensor& logits_in, const SamplingOptions& o,
   return at::multinomial(probs, 1, false, generator).squeeze(-1);
 }
 
-std::string generate_text(models::SequenceModel& model, const std::string& prompt,
-                          int64_t max_new_tokens, const SamplingOptions& options, uint64_t seed,
-                          const std::function<void(char)>& on_token) {
+data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
+                               int64_t max_new_tokens, const SamplingOptions& options,
+                               uint64_t seed, const std::function<void(int32_t)>& on_token) {
   validate(options);
   if (!model->config().causal)
     throw std::invalid_argument("generate: the model is an encoder (model.causal = false)");
-  if (model->config().vocab_size < 256)
-    throw std::invalid_argument("generate: byte-level generation needs vocab_size 256");
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no tokens");
+  const int64_t V = model->config().vocab_size;
+  for (const int32_t id : prompt)
+    if (id < 0 || id >= V)
+      throw std::invalid_argument("generate: prompt token " + std::to_string(id) +
+                                  " is outside the model's vocabulary [0, " + std::to_string(V) +
+                                  ")");
   torch::NoGradGuard no_grad;
   model->eval();
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t max_len = model->config().max_len;
-  std::string context = prompt.empty() ? std::string("\n") : prompt;
-  std::string out;
+  data::TokenIds context = prompt, out;
   auto states = model->init_state(1);
   at::Tensor logits;
-  auto feed = [&](const std::string& bytes) {
-    for (unsigned char c : bytes)
-      logits = model->step(at::full({1}, static_cast<int64_t>(c), at::kLong), states);
+  auto feed = [&](data::TokenIds::const_iterator begin, data::TokenIds::const_iterator end) {
+    for (auto it = begin; it != end; ++it)
+      logits = model->step(at::full({1}, static_cast<int64_t>(*it), at::kLong), states);
   };
   // Prime with the tail of the context that fits.
   if (static_cast<int64_t>(context.size()) > max_len)
-    context = context.substr(context.size() - static_cast<size_t>(max_len));
-  feed(context);
+    context.erase(context.begin(), context.end() - max_len);
+  feed(context.begin(), context.end());
   for (int64_t i = 0; i < max_new_tokens; ++i) {
-    const char c = static_cast<char>(sample_next(logits, options, gen).item<int64_t>());
-    out += c;
-    context += c;
-    if (on_token) on_token(c);
+    const auto id = static_cast<int32_t>(sample_next(logits, options, gen).item<int64_t>());
+    out.push_back(id);
+    context.push_back(id);
+    if (on_token) on_token(id);
     if (states[0].pos >= max_len) {
-      context =
-          context.substr(context.size() - static_cast<size_t>(std::max<int64_t>(1, max_len / 2)));
+      // Learned positions end at max_len: restart from the last half window.
+      context.erase(context.begin(), context.end() - std::max<int64_t>(1, max_len / 2));
       states = model->init_state(1);
-      feed(context);
+      feed(context.begin(), context.end());
     } else {
-      feed(std::string(1, c));
+      feed(context.end() - 1, context.end());
     }
   }
   return out;
+}
+
+std::string generate_text(models::SequenceModel& model, const data::Tokenizer& tokenizer,
+                          const std::string& prompt, int64_t max_new_tokens,
+                          const SamplingOptions& options, uint64_t seed,
+                          const std::function<void(const std::string&)>& on_text) {
+  if (model->config().vocab_size != tokenizer.vocab_size())
+    throw std::invalid_argument("generate: the model has vocab_size " +
+                                std::to_string(model->config().vocab_size) +
+                                " but the tokenizer has " + std::to_string(tokenizer.vocab_size()));
+  data::TokenIds ids = tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  data::TokenIds generated;
+  std::string shown;
+  // Tokens decode independently except byte pieces of one UTF-8 character, which decode to
+  // U+FFFD until the character is complete: hold the text back while it ends in one.
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  auto show = [&](bool last) {
+    const std::string text = tokenizer.decode(generated);
+    const bool pending = text.size() >= 3 && text.compare(text.size() - 3, 3, kReplacement) == 0;
+    if ((pending && !last) || text.size() <= shown.size() ||
+        text.compare(0, shown.size(), shown) != 0)
+      return;
+    if (on_text) on_text(text.substr(shown.size()));
+    shown = text;
+  };
+  int64_t n = 0;
+  generate_tokens(model, ids, max_new_tokens, options, seed, [&](int32_t id) {
+    generated.push_back(id);
+    show(++n == max_new_tokens);
+  });
+  return tokenizer.decode(generated);
 }
 
 }  // namespace seqmix::generate

@@ -4,6 +4,7 @@
 #include <torch/serialize/archive.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -37,11 +38,19 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
-                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step) {
+                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
+                     const data::Tokenizer& tokenizer) {
   torch::serialize::OutputArchive ar;
   ar.write("format", c10::IValue(std::string(kFormat)));
   ar.write("config", c10::IValue(config.to_toml()));
   ar.write("step", c10::IValue(step));
+  if (!tokenizer.is_bytes()) {
+    // As raw bytes: a serialized protobuf is not valid UTF-8 text.
+    const std::string& proto = tokenizer.serialized();
+    at::Tensor bytes = at::empty({static_cast<int64_t>(proto.size())}, at::kByte);
+    std::memcpy(bytes.data_ptr<uint8_t>(), proto.data(), proto.size());
+    ar.write("tokenizer", bytes);
+  }
   torch::serialize::OutputArchive model_ar;
   model->save(model_ar);
   ar.write("model", model_ar);
@@ -81,6 +90,25 @@ RunConfig read_checkpoint_config(const std::string& path) {
     throw std::runtime_error("checkpoint '" + path +
                              "' holds an invalid configuration: " + e.what());
   }
+}
+
+data::Tokenizer read_checkpoint_tokenizer(const std::string& path) {
+  const RunConfig config = read_checkpoint_config(path);
+  if (config.data.tokenizer == "bytes") return data::Tokenizer::bytes();
+  auto ar = open_archive(path);
+  at::Tensor bytes;
+  if (!ar.try_read("tokenizer", bytes) || bytes.scalar_type() != at::kByte || bytes.dim() != 1)
+    throw std::runtime_error("checkpoint '" + path + "' was trained with tokenizer '" +
+                             config.data.tokenizer + "' but holds no tokenizer model");
+  bytes = bytes.contiguous();
+  const std::string proto(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                          static_cast<size_t>(bytes.numel()));
+  auto tok = data::Tokenizer::from_serialized(proto, "the tokenizer in checkpoint '" + path + "'");
+  if (tok.vocab_size() != config.model.vocab_size)
+    throw std::runtime_error("checkpoint '" + path + "': its tokenizer has " +
+                             std::to_string(tok.vocab_size()) + " pieces but model.vocab_size is " +
+                             std::to_string(config.model.vocab_size));
+  return tok;
 }
 
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,

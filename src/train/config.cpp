@@ -40,7 +40,10 @@ toml::table to_table(const RunConfig& c) {
                     {"extractor_out_proj", m.extractor_out_proj},
                     {"extractor_impl", m.extractor_impl}};
   const auto& d = c.data;
-  toml::table data{{"source", d.source}, {"dir", d.dir}, {"eval_split", d.eval_split}};
+  toml::table data{{"source", d.source},
+                   {"dir", d.dir},
+                   {"eval_split", d.eval_split},
+                   {"tokenizer", d.tokenizer}};
   const auto& t = c.train;
   toml::table train{{"batch_size", t.batch_size},
                     {"max_steps", t.max_steps},
@@ -175,6 +178,7 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   c.data.source = get<std::string>(t, "data", "source", origin);
   c.data.dir = get<std::string>(t, "data", "dir", origin);
   c.data.eval_split = get<std::string>(t, "data", "eval_split", origin);
+  c.data.tokenizer = get_or<std::string>(t, "data", "tokenizer", "bytes", origin);
   auto& r = c.train;
   r.batch_size = get<int64_t>(t, "train", "batch_size", origin);
   r.max_steps = get<int64_t>(t, "train", "max_steps", origin);
@@ -264,6 +268,12 @@ void RunConfig::validate() const {
   if (data.eval_split != "valid" && data.eval_split != "test")
     throw std::invalid_argument("data.eval_split: must be valid or test, got '" + data.eval_split +
                                 "'");
+  if (data.tokenizer.empty())
+    throw std::invalid_argument("data.tokenizer: must be 'bytes' or a SentencePiece model path");
+  if (data.tokenizer == "bytes" && model.vocab_size != 256)
+    throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
+                                "need 256, got " + std::to_string(model.vocab_size) +
+                                "; give a SentencePiece model as data.tokenizer (--tokenizer)");
 }
 
 RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,

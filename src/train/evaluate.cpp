@@ -3,27 +3,34 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-
-#include "seqmix/data/byte_corpus.h"
+#include <stdexcept>
 
 namespace seqmix::train {
 
-EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text, int64_t batch_size,
-                          int64_t max_bytes) {
+EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
+                    const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens) {
+  if (batch_size < 1)
+    throw std::invalid_argument("evaluate: batch size must be >= 1, got " +
+                                std::to_string(batch_size));
+  if (model->config().vocab_size != tokenizer.vocab_size())
+    throw std::invalid_argument("evaluate: the model has vocab_size " +
+                                std::to_string(model->config().vocab_size) + " but the tokenizer (" +
+                                tokenizer.name() + ") has " +
+                                std::to_string(tokenizer.vocab_size()));
   const auto t0 = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   const int64_t T = model->config().max_len;
-  int64_t n = static_cast<int64_t>(text.size());
-  if (max_bytes > 0) n = std::min(n, max_bytes + 1);
+  int64_t n = static_cast<int64_t>(tokens.size());
+  if (max_tokens > 0) n = std::min(n, max_tokens + 1);
   const int64_t predicted = std::max<int64_t>(0, n - 1);
   const int64_t full = predicted / T, rest = predicted % T;
   double nll = 0;
   auto score = [&](int64_t first_window, int64_t count, int64_t len) {
     at::Tensor batch = at::empty({count, len + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i)
-      batch[i].copy_(data::bytes_to_tensor(text, (first_window + i) * T, len + 1));
+      batch[i].copy_(data::tokens_to_tensor(tokens, (first_window + i) * T, len + 1));
     at::Tensor logits = model->forward(batch.narrow(1, 0, len));
     nll += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                   batch.narrow(1, 1, len).reshape({-1}), {}, at::Reduction::Sum)
@@ -34,8 +41,14 @@ EvalResult evaluate_bytes(models::SequenceModel& model, const std::string& text,
   if (was_training) model->train();
   EvalResult r;
   r.tokens = predicted;
+  if (tokenizer.is_bytes() || predicted == 0)
+    r.bytes = predicted;
+  else
+    r.bytes = static_cast<int64_t>(
+        tokenizer.decode(data::TokenIds(tokens.begin() + 1, tokens.begin() + n)).size());
   r.loss = predicted > 0 ? nll / static_cast<double>(predicted) : 0.0;
-  r.bpc = r.loss / std::log(2.0);
+  r.perplexity = std::exp(r.loss);
+  r.bpc = r.bytes > 0 ? nll / static_cast<double>(r.bytes) / std::log(2.0) : 0.0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

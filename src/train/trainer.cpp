@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tokenizer.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/metrics.h"
@@ -101,6 +102,28 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   if (ec || !fs::is_directory(out))
     throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
 
+  // The tokenizer first: a vocabulary mismatch should fail before anything is built.
+  data::Tokenizer tokenizer = data::Tokenizer::bytes();
+  if (config.data.tokenizer != "bytes") {
+    if (options.resume) {
+      tokenizer = read_checkpoint_tokenizer(ckpt_path.string());
+      if (fs::is_regular_file(config.data.tokenizer) &&
+          !data::Tokenizer::load(config.data.tokenizer).same_as(tokenizer))
+        throw std::runtime_error("--resume: tokenizer model '" + config.data.tokenizer +
+                                 "' has changed since checkpoint '" + ckpt_path.string() +
+                                 "' was written; the run continues only with the tokenizer it "
+                                 "started with");
+    } else {
+      tokenizer = data::Tokenizer::load(config.data.tokenizer);
+    }
+  }
+  if (tokenizer.vocab_size() != config.model.vocab_size)
+    throw std::runtime_error(
+        "model.vocab_size is " + std::to_string(config.model.vocab_size) + " but tokenizer '" +
+        config.data.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) +
+        " pieces; set model.vocab_size=" + std::to_string(tokenizer.vocab_size()) +
+        " (the --tokenizer option does so)");
+
   const auto& t = config.train;
   const int64_t threads = configure_threads(t.threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
@@ -109,9 +132,12 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   int64_t start = 0;
   if (options.resume) start = load_checkpoint(ckpt_path.string(), model, optimizer.get());
 
-  const auto corpus =
-      data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split);
+  const auto corpus = data::TokenCorpus::build(
+      data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
+      tokenizer);
   write_text_atomic(out / "config.toml", config.to_toml());
+  // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
+  if (!tokenizer.is_bytes()) tokenizer.save((out / "tokenizer.model").string());
   const fs::path metrics_path = out / "metrics.jsonl";
   if (options.resume && fs::exists(metrics_path)) {
     // Lines logged after the checkpoint belong to steps that will be redone: drop them so the
@@ -126,28 +152,36 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
 
   util::Progress progress("train", t.max_steps, start);
   progress.message(fmt::format(
-      "seqmix train: {} ({}), {} parameters, {} threads; {}; batch {} x {} bytes, {} steps{}",
+      "seqmix train: {} ({}), {} parameters, {} threads; {}; batch {} x {} {}, {} steps{}",
       config.model.preset, config.model.size, config.model.num_parameters(), threads,
-      corpus.description(), B, T, t.max_steps,
+      corpus.description, B, T, tokenizer.is_bytes() ? "bytes" : "tokens", t.max_steps,
       options.resume ? fmt::format(", resuming at step {}", start) : ""));
 
   TrainResult result;
-  auto evaluate = [&](int64_t step, bool final) {
-    const EvalResult r = evaluate_bytes(model, corpus.eval(), B, final ? 0 : t.eval_max_bytes);
+  auto held_out = [&](int64_t step, bool final) {
+    const EvalResult r =
+        evaluate(model, corpus.eval, tokenizer, B, final ? 0 : t.eval_max_bytes);
     metrics.write({{"step", step},
                    {"split", "eval"},
                    {"loss", r.loss},
+                   {"perplexity", r.perplexity},
                    {"bpc", r.bpc},
                    {"tokens", r.tokens},
+                   {"bytes", r.bytes},
                    {"final", final},
                    {"seconds", r.seconds}});
-    progress.message(fmt::format("step {}: held-out bpc {:.4f} over {} bytes{}", step, r.bpc,
-                                 r.tokens, final ? " (whole split)" : ""));
+    progress.message(
+        tokenizer.is_bytes()
+            ? fmt::format("step {}: held-out bpc {:.4f} over {} bytes{}", step, r.bpc, r.tokens,
+                          final ? " (whole split)" : "")
+            : fmt::format("step {}: held-out perplexity {:.2f} (bpc {:.4f}) over {} tokens{}",
+                          step, r.perplexity, r.bpc, r.tokens, final ? " (whole split)" : ""));
     result.eval_bpc = r.bpc;
     result.eval_loss = r.loss;
+    result.eval_perplexity = r.perplexity;
   };
   auto checkpoint = [&](int64_t step) {
-    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step);
+    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer);
   };
 
   model->train();
@@ -159,7 +193,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     for (auto& g : optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     const at::Tensor batch =
-        data::sample_batch(corpus.train(), B, T, static_cast<uint64_t>(t.seed), step);
+        data::sample_batch(corpus.train, B, T, static_cast<uint64_t>(t.seed), step);
     const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
     optimizer->zero_grad();
     const at::Tensor logits = model->forward(x);
@@ -178,21 +212,26 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       const double dt = std::chrono::duration<double>(now - t_log).count();
       t_log = now;
       const double mean = loss_sum / static_cast<double>(loss_n);
-      metrics.write({{"step", done},
-                     {"split", "train"},
-                     {"loss", mean},
-                     {"bpc", mean / std::log(2.0)},
-                     {"lr", lr},
-                     {"grad_norm", grad_norm},
-                     {"tokens_per_s", dt > 0 ? static_cast<double>(loss_n * B * T) / dt : 0.0}});
+      nlohmann::json line{{"step", done},
+                          {"split", "train"},
+                          {"loss", mean},
+                          {"perplexity", std::exp(mean)},
+                          {"lr", lr},
+                          {"grad_norm", grad_norm},
+                          {"tokens_per_s", dt > 0 ? static_cast<double>(loss_n * B * T) / dt : 0.0}};
+      // Bits per byte only where a token is a byte; held-out lines carry it for every tokenizer.
+      if (tokenizer.is_bytes()) line["bpc"] = mean / std::log(2.0);
+      metrics.write(line);
       result.final_train_loss = mean;
       loss_sum = 0;
       loss_n = 0;
-      if (!progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", mean, lr));
+      if (!progress.tty() && (options.report_interval <= 0 ||
+                              done % options.report_interval == 0 || done == t.max_steps))
+        progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", mean, lr));
     }
     if (progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
-      evaluate(done, false);
+      held_out(done, false);
     if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
         done == options.halt_after_step)
       checkpoint(done);
@@ -205,7 +244,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   }
   progress.finish();
   if (start >= t.max_steps) checkpoint(t.max_steps);
-  evaluate(std::max(start, t.max_steps), true);
+  held_out(std::max(start, t.max_steps), true);
   result.steps = std::max(start, t.max_steps);
   return result;
 }

@@ -12,8 +12,7 @@
 ///   any other file: the last 10% of its bytes (cut at a line start) are held out.
 ///   any folder: its regular files in path order; the last 10% of files are held out (or
 ///              the last 10% of bytes if it holds a single file).
-/// Training samples random crops of max_len + 1 bytes; evaluation covers the whole held-out
-/// split in non-overlapping windows.
+/// Models see these splits through a tokenizer (data/tokenizer.h): bytes or SentencePiece.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -40,16 +39,5 @@ class ByteCorpus {
  private:
   std::string train_, eval_, description_;
 };
-
-/// A training batch of `batch` random crops of `len + 1` bytes from `text`, as int64
-/// [batch, len + 1]. The crops depend only on (seed, step), not on the model or on anything
-/// sampled before, so runs with the same seed see the same batches in the same order and a
-/// resumed run continues the sequence exactly.
-/// @throws std::runtime_error if text is shorter than len + 1.
-at::Tensor sample_batch(const std::string& text, int64_t batch, int64_t len, uint64_t seed,
-                        int64_t step);
-
-/// Bytes [offset, offset + n) of `text` as int64 [n].
-at::Tensor bytes_to_tensor(const std::string& text, int64_t offset, int64_t n);
 
 }  // namespace seqmix::data

@@ -1,12 +1,14 @@
 #pragma once
 /// @file checkpoint.h
 /// Checkpoints: one file holding the model weights, the optimizer state, the step, the CPU
-/// RNG state and the resolved configuration (TOML). Written to `<path>.tmp` and renamed over
+/// RNG state, the resolved configuration (TOML) and the tokenizer (SentencePiece models are
+/// stored whole, so a checkpoint decodes its own tokens wherever it is moved). Written to `<path>.tmp` and renamed over
 /// `path`, so an interrupted write never replaces a good checkpoint.
 #include <torch/optim/optimizer.h>
 
 #include <string>
 
+#include "seqmix/data/tokenizer.h"
 #include "seqmix/models/sequence_model.h"
 #include "seqmix/train/config.h"
 
@@ -15,12 +17,18 @@ namespace seqmix::train {
 /// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
 ///         any, is left as it was).
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
-                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step);
+                     torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
+                     const data::Tokenizer& tokenizer = data::Tokenizer::bytes());
 
 /// Reads only the configuration stored in a checkpoint.
 /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint, or
 ///         corrupt.
 RunConfig read_checkpoint_config(const std::string& path);
+
+/// The tokenizer stored in a checkpoint (bytes for byte-level runs).
+/// @throws std::runtime_error naming the path if the checkpoint is unreadable, or its
+///         configuration names a SentencePiece model but it holds none or a corrupt one.
+data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 
 /// Loads weights (and, if `optimizer` is given, the optimizer state and the RNG state) into a
 /// model built from read_checkpoint_config(path). Returns the step stored.

@@ -18,6 +18,9 @@ struct DataConfig {
   std::string source = "sotu";       ///< corpus name or path (data/byte_corpus.h)
   std::string dir = "data";          ///< folder filled by scripts/setup.sh
   std::string eval_split = "valid";  ///< "valid" or "test" (enwik8/text8 only)
+  /// "bytes" (vocab_size 256) or the path of a SentencePiece model (data/tokenizer.h), whose
+  /// piece count must equal model.vocab_size. Training stores the model in the checkpoint.
+  std::string tokenizer = "bytes";
 };
 
 struct TrainConfig {
@@ -31,7 +34,8 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;             ///< max global gradient L2 norm (0 = off)
   int64_t eval_interval = 250;        ///< steps between evaluations (0 = only at the end)
-  int64_t eval_max_bytes = 262144;    ///< held-out bytes scored at periodic evaluations (0 = all);
+  int64_t eval_max_bytes = 262144;    ///< held-out tokens (bytes for byte-level models) scored
+                                      ///< at periodic evaluations (0 = all);
                                       ///< the final evaluation always scores the whole split
   int64_t checkpoint_interval = 250;  ///< steps between checkpoints (0 = only at the end)
   int64_t log_interval = 10;          ///< steps between training metrics lines

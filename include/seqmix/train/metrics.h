@@ -1,8 +1,10 @@
 #pragma once
 /// @file metrics.h
 /// `metrics.jsonl`: one JSON object per line, flushed as written, so a killed run keeps every
-/// line it reported. Training lines carry "split": "train"; evaluation lines "split": "eval"
-/// with "bpc" (bits per character = mean next-byte negative log-likelihood in bits).
+/// line it reported. Training lines carry "split": "train" with "loss" (mean nats per token
+/// over the log interval), "perplexity" = exp(loss) and, for byte-level models, "bpc";
+/// evaluation lines "split": "eval" with "loss", "perplexity", "bpc" (bits per character:
+/// the negative log-likelihood in bits over the bytes of text scored), "tokens", "bytes".
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>

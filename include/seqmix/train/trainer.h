@@ -1,10 +1,11 @@
 #pragma once
 /// @file trainer.h
-/// Training loop for byte-level language models: AdamW (decoupled weight decay on weight
+/// Training loop for language models (bytes or SentencePiece tokens): AdamW (decoupled weight decay on weight
 /// matrices only), linear warm-up then cosine/linear decay, global-norm gradient clipping,
 /// periodic evaluation, metrics.jsonl, atomic checkpoints and exact resumption.
 ///
-/// Run folder layout: config.toml (resolved configuration), metrics.jsonl, checkpoint.pt.
+/// Run folder layout: config.toml (resolved configuration), metrics.jsonl, checkpoint.pt, and
+/// tokenizer.model for SentencePiece runs.
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,8 @@ namespace seqmix::train {
 struct TrainOptions {
   std::string out_dir;  ///< run folder (created if missing)
   bool resume = false;  ///< continue from out_dir/checkpoint.pt
+  /// Steps between progress lines when stderr is not a terminal (0 = every log line).
+  int64_t report_interval = 0;
   /// Testing aid: return right after the checkpoint written at this step, as if the process
   /// had been killed there (-1 = never).
   int64_t halt_after_step = -1;
@@ -24,7 +27,8 @@ struct TrainResult {
   int64_t steps = 0;            ///< optimizer steps done in total
   double final_train_loss = 0;  ///< mean training loss over the last log interval, nats
   double eval_bpc = 0;          ///< held-out bits per character of the final evaluation
-  double eval_loss = 0;         ///< the same in nats
+  double eval_loss = 0;         ///< held-out nats per token
+  double eval_perplexity = 0;   ///< exp(eval_loss)
   bool halted = false;          ///< stopped by halt_after_step
 };
 

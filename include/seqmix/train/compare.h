@@ -1,0 +1,75 @@
+#pragma once
+/// @file compare.h
+/// Fair comparison of several models (the Extractor paper's Figs. 4-8): every model trains on
+/// exactly the same batches in the same order, and the training cost of every batch is
+/// plotted with its median and quartiles per bucket of batches.
+///
+/// Why the batches are the same: `data::sample_batch` depends only on (seed, step, batch
+/// size, max_len, token stream), so `compare` requires those to agree across the models and
+/// trains each one with the trainer of trainer.h. Each model gets its own run folder
+/// (config.toml, metrics.jsonl with one training line per batch, checkpoint.pt), so any of
+/// them can be evaluated, resumed or sampled from afterwards like any `seqmix train` run.
+///
+/// Output folder: <name>/ per model; compare.dat (per model and bucket: first and last batch,
+/// median, lower and upper quartile of the per-batch cost in nats), compare.gp (the gnuplot
+/// script), compare.png (the plot, if gnuplot is installed), summary.jsonl (one line per
+/// model: parameters, final training and held-out cost, perplexity, bpc, seconds).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "seqmix/train/config.h"
+
+namespace seqmix::train {
+
+/// One model of a comparison: a name (its run folder) and the overrides that make it.
+struct CompareModel {
+  std::string name;                    ///< [A-Za-z0-9._-]+, unique
+  std::vector<std::string> overrides;  ///< "section.key=value", applied after the shared ones
+};
+
+/// Parses "NAME=PRESET [section.key=value ...]" (whitespace-separated), e.g.
+/// "extractor-no-adjust=extractor-transformer model.extractor_adjust=false".
+/// @throws std::invalid_argument naming the spec if it does not have that form.
+CompareModel parse_compare_model(const std::string& spec);
+
+struct CompareOptions {
+  std::string out_dir;                        ///< created if missing
+  std::string config_path;                    ///< shared TOML config (may be empty)
+  std::vector<std::string> shared_overrides;  ///< applied to every model first
+  std::vector<CompareModel> models;           ///< at least one
+  int64_t bucket = 100;                       ///< batches per median/quartile bucket
+  int64_t report_interval = 100;              ///< steps between progress lines (non-TTY)
+};
+
+/// Per-model outcome (also one line of summary.jsonl).
+struct CompareRow {
+  std::string name, preset;
+  int64_t parameters = 0;
+  int64_t steps = 0;
+  double train_loss = 0;       ///< median training cost of the last bucket, nats per token
+  double eval_loss = 0;        ///< held-out nats per token (whole split)
+  double eval_perplexity = 0;  ///< exp(eval_loss)
+  double eval_bpc = 0;         ///< held-out bits per byte of text
+  double seconds = 0;          ///< training wall time in this call (0 if reused)
+  bool reused = false;         ///< the run folder already held the finished run
+};
+
+struct CompareResult {
+  std::vector<CompareRow> rows;
+  std::string plot;  ///< path of compare.png, empty if gnuplot was not found or failed
+};
+
+/// Resolves every model's configuration first (so a bad key fails before any training),
+/// checks that they all draw the same batches, then trains them one after the other. A model
+/// whose run folder already holds the finished run (same configuration) is not retrained; an
+/// unfinished one is resumed.
+/// @throws std::runtime_error naming the model and the key that breaks the comparison (e.g.
+///         a different train.seed) or whatever the trainer throws.
+CompareResult compare(const CompareOptions& options);
+
+/// Lower quartile, median and upper quartile of `values` (linear interpolation between
+/// order statistics, numpy's default). @throws std::invalid_argument if empty.
+std::vector<double> quartiles(std::vector<double> values);
+
+}  // namespace seqmix::train

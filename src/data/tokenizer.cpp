@@ -1,0 +1,263 @@
+#include "seqmix/data/tokenizer.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "seqmix/data/byte_corpus.h"
+
+namespace seqmix::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The C interface of src/data/sentencepiece_plugin.cpp.
+struct Plugin {
+  void (*free)(void*);
+  int (*load)(const char*, size_t, void**, char**);
+  void (*unload)(void*);
+  int (*size)(void*);
+  int (*encode)(void*, const char*, size_t, int32_t**, size_t*, char**);
+  int (*decode)(void*, const int32_t*, size_t, char**, size_t*, char**);
+  int (*train)(const char*, size_t, const char* const*, const char* const*, size_t, char**,
+               size_t*, char**);
+};
+
+const Plugin& plugin() {
+  static const Plugin p = [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("SEQMIX_SENTENCEPIECE_PLUGIN")) candidates.push_back(env);
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) candidates.push_back((exe.parent_path() / "libseqmix_sentencepiece.so").string());
+    candidates.push_back(SEQMIX_SENTENCEPIECE_PLUGIN_PATH);
+    std::string tried;
+    void* handle = nullptr;
+    for (const auto& c : candidates) {
+      if (!fs::is_regular_file(c)) {
+        tried += "\n  " + c + ": not found";
+        continue;
+      }
+      // Local and deep-bound: SentencePiece's own protobuf copy stays out of LibTorch's way.
+      handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (handle) break;
+      tried += "\n  " + c + ": " + dlerror();
+    }
+    if (!handle)
+      throw std::runtime_error("SentencePiece support is not available: cannot load "
+                               "libseqmix_sentencepiece.so (build it with scripts/build.sh, or "
+                               "set SEQMIX_SENTENCEPIECE_PLUGIN); tried:" + tried);
+    auto sym = [&](const char* name) {
+      void* f = dlsym(handle, name);
+      if (!f)
+        throw std::runtime_error(std::string("libseqmix_sentencepiece.so lacks ") + name +
+                                 " (a stale build? rerun scripts/build.sh)");
+      return f;
+    };
+    Plugin q{};
+    q.free = reinterpret_cast<decltype(q.free)>(sym("seqmix_spm_free"));
+    q.load = reinterpret_cast<decltype(q.load)>(sym("seqmix_spm_load"));
+    q.unload = reinterpret_cast<decltype(q.unload)>(sym("seqmix_spm_unload"));
+    q.size = reinterpret_cast<decltype(q.size)>(sym("seqmix_spm_size"));
+    q.encode = reinterpret_cast<decltype(q.encode)>(sym("seqmix_spm_encode"));
+    q.decode = reinterpret_cast<decltype(q.decode)>(sym("seqmix_spm_decode"));
+    q.train = reinterpret_cast<decltype(q.train)>(sym("seqmix_spm_train"));
+    return q;
+  }();
+  return p;
+}
+
+// Takes ownership of a message the plugin allocated.
+std::string take_error(char* err) {
+  std::string s = err ? err : "unknown error";
+  plugin().free(err);
+  return s;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::bytes() { return Tokenizer(); }
+
+Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string& origin) {
+  const Plugin& p = plugin();
+  void* model = nullptr;
+  char* err = nullptr;
+  if (proto.empty() || p.load(proto.data(), proto.size(), &model, &err) != 0)
+    throw std::runtime_error(origin +
+                             " is not a SentencePiece model (expected a .model file written by "
+                             "`seqmix tokenizer train` or spm_train" +
+                             (proto.empty() ? std::string(": it is empty)")
+                                            : ": " + take_error(err) + ")"));
+  Tokenizer t;
+  t.sp_ = std::shared_ptr<void>(model, [](void* m) { plugin().unload(m); });
+  t.proto_ = proto;
+  return t;
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  if (!fs::is_regular_file(path))
+    throw std::runtime_error("tokenizer model '" + path + "' does not exist");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in) throw std::runtime_error("tokenizer model '" + path + "' cannot be read");
+  return from_serialized(ss.str(), "tokenizer model '" + path + "'");
+}
+
+Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
+  if (o.model_type != "bpe" && o.model_type != "unigram")
+    throw std::invalid_argument("tokenizer model type: expected bpe or unigram, got '" +
+                                o.model_type + "'");
+  // 256 byte pieces plus <unk>, <s>, </s> are always in the vocabulary.
+  if (o.vocab_size < 260 || o.vocab_size > (int64_t{1} << 24))
+    throw std::invalid_argument("tokenizer vocab_size: expected 260 .. 16777216 (256 byte " +
+                                std::string("pieces and 3 specials are always included), got ") +
+                                std::to_string(o.vocab_size));
+  if (o.max_sentences < 0 || o.max_sentence_length < 1)
+    throw std::invalid_argument("tokenizer: max_sentences must be >= 0, max_sentence_length >= 1");
+  const int64_t threads =
+      o.threads > 0 ? o.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Why these settings: see the file comment of tokenizer.h (exact invertibility).
+  const std::vector<std::pair<std::string, std::string>> args = {
+      {"model_type", o.model_type},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"split_digits", "false"},
+      {"input_sentence_size", std::to_string(o.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", std::to_string(o.max_sentence_length)},
+      {"random_seed", std::to_string(o.seed)},
+      {"num_threads", std::to_string(threads)},
+      {"minloglevel", "1"},
+  };
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : args) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  const Plugin& p = plugin();
+  char *proto = nullptr, *err = nullptr;
+  size_t n = 0;
+  if (p.train(text.data(), text.size(), keys.data(), values.data(), keys.size(), &proto, &n,
+              &err) != 0)
+    throw std::runtime_error("tokenizer training failed: " + take_error(err));
+  const std::string bytes(proto, n);
+  p.free(proto);
+  return from_serialized(bytes, "the trained tokenizer");
+}
+
+int64_t Tokenizer::vocab_size() const { return sp_ ? plugin().size(sp_.get()) : 256; }
+
+std::string Tokenizer::name() const {
+  if (!sp_) return "bytes";
+  // The model type is in the ModelProto, which Debian ships no protobuf header for.
+  return "sentencepiece-" + std::to_string(vocab_size());
+}
+
+TokenIds Tokenizer::encode(const std::string& text) const {
+  if (!sp_) {
+    TokenIds ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  }
+  int32_t* ids = nullptr;
+  size_t n = 0;
+  char* err = nullptr;
+  if (plugin().encode(sp_.get(), text.data(), text.size(), &ids, &n, &err) != 0)
+    throw std::runtime_error("tokenizer: cannot encode text: " + take_error(err));
+  TokenIds out(ids, ids + n);
+  plugin().free(ids);
+  return out;
+}
+
+std::string Tokenizer::decode(const TokenIds& ids) const {
+  const int64_t V = vocab_size();
+  for (const int32_t id : ids)
+    if (id < 0 || id >= V)
+      throw std::out_of_range("tokenizer: token id " + std::to_string(id) + " is outside [0, " +
+                              std::to_string(V) + ")");
+  if (!sp_) return std::string(ids.begin(), ids.end());
+  char* text = nullptr;
+  size_t n = 0;
+  char* err = nullptr;
+  if (plugin().decode(sp_.get(), ids.data(), ids.size(), &text, &n, &err) != 0)
+    throw std::runtime_error("tokenizer: cannot decode: " + take_error(err));
+  std::string out(text, n);
+  plugin().free(text);
+  return out;
+}
+
+void Tokenizer::save(const std::string& path) const {
+  if (!sp_) throw std::logic_error("the byte tokenizer has no model file");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(proto_.data(), static_cast<std::streamsize>(proto_.size()));
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write tokenizer model '" + tmp + "'");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  }
+}
+
+TokenCorpus TokenCorpus::build(const ByteCorpus& corpus, const Tokenizer& tokenizer) {
+  TokenCorpus c;
+  c.train = tokenizer.encode(corpus.train());
+  c.eval = tokenizer.encode(corpus.eval());
+  c.eval_bytes = static_cast<int64_t>(corpus.eval().size());
+  if (c.train.size() < 2 || c.eval.size() < 2)
+    throw std::runtime_error("data: the corpus encodes to " + std::to_string(c.train.size()) +
+                             " training and " + std::to_string(c.eval.size()) +
+                             " held-out tokens; at least 2 each are needed");
+  c.description = corpus.description();
+  if (!tokenizer.is_bytes())
+    c.description += " = " + std::to_string(c.train.size()) + " / " +
+                     std::to_string(c.eval.size()) + " tokens (" + tokenizer.name() + ")";
+  return c;
+}
+
+at::Tensor tokens_to_tensor(const TokenIds& tokens, int64_t offset, int64_t n) {
+  at::Tensor t = at::empty({n}, at::kLong);
+  int64_t* p = t.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) p[i] = tokens[static_cast<size_t>(offset + i)];
+  return t;
+}
+
+at::Tensor sample_batch(const TokenIds& tokens, int64_t batch, int64_t len, uint64_t seed,
+                        int64_t step) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < len + 1)
+    throw std::runtime_error("data: the training split has " + std::to_string(n) +
+                             " tokens, fewer than max_len + 1 = " + std::to_string(len + 1));
+  // One independent stream per (seed, step): batches do not depend on anything drawn before.
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), 0x5e9u};
+  std::mt19937_64 rng(seq);
+  std::uniform_int_distribution<int64_t> offset(0, n - (len + 1));
+  at::Tensor out = at::empty({batch, len + 1}, at::kLong);
+  int64_t* p = out.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t o = offset(rng);
+    for (int64_t i = 0; i <= len; ++i) p[b * (len + 1) + i] = tokens[static_cast<size_t>(o + i)];
+  }
+  return out;
+}
+
+}  // namespace seqmix::data
