@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdio>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -19,6 +21,8 @@ struct Result {
   int code;
   std::string output;  // stdout + stderr
 };
+
+std::vector<nlohmann::json> json_lines(const std::string& out);
 
 Result run(const std::string& args) {
   const char* bin = std::getenv("SEQMIX_BIN");
@@ -163,6 +167,67 @@ TEST(Cli, TrainEvalGenerateRoundTrip) {
   r = run("info");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("transformer"), std::string::npos);
+}
+
+TEST(Cli, BpeTokenizerTrainEvalGenerate) {
+  const std::string dir = seqmix::testing::temp_dir("cli-bpe");
+  const std::string data = corpus(dir);
+  auto r = run("tokenizer train --data " + data + " --vocab-size 300 --threads 1 --out " + dir +
+               "/tok/bpe.model");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto tok = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
+  EXPECT_EQ(tok["vocab_size"], 300);
+  EXPECT_GT(tok["bytes_per_token"].get<double>(), 1.3);  // 41 merges beyond the byte pieces
+  // --tokenizer sets model.vocab_size to the model's size.
+  r = run("train --model extractor-transformer --size tiny --max-len 16 --batch-size 4 "
+          "--max-steps 4 --threads 1 --data " + data + " --tokenizer " + dir +
+          "/tok/bpe.model --out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("eval " + dir + "/run --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = nlohmann::json::parse(r.output);
+  EXPECT_EQ(ev["tokenizer"], "sentencepiece-300");
+  EXPECT_NEAR(ev["perplexity"].get<double>(), std::exp(ev["loss"].get<double>()), 1e-6);
+  EXPECT_GT(ev["bytes"].get<int64_t>(), ev["tokens"].get<int64_t>());
+  r = run("generate " + dir + "/run --prompt 'Once upon a time' --top-p 0.6 --max-new-tokens 12 "
+          "--seed 2 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("Once upon a time", 0), 0u) << r.output;
+  EXPECT_GT(r.output.size(), 16u);
+
+  // A corrupt tokenizer model: one message naming the file, exit 1, nothing trained.
+  std::ofstream(dir + "/bad.model") << "not a model";
+  r = run("train --size tiny --max-steps 1 --data " + data + " --tokenizer " + dir +
+          "/bad.model --out " + dir + "/run2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("'" + dir + "/bad.model' is not a SentencePiece model"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run2"));
+  r = run("tokenizer train --data " + data + " --vocab-size 10 --out " + dir + "/t.model");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("vocab_size"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.model"));
+}
+
+TEST(Cli, CompareWritesSummaryAndPlot) {
+  const std::string dir = seqmix::testing::temp_dir("cli-compare");
+  const std::string data = corpus(dir);
+  auto r = run("compare --out " + dir + "/cmp --data " + data +
+               " --size tiny --max-len 16 --batch-size 2 --max-steps 4 --threads 1 --bucket 2 "
+               "--run 'ext=extractor-transformer' --run 'ext-plain=extractor-transformer "
+               "model.extractor_adjust=false model.extractor_out_proj=false'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[1]["name"], "ext-plain");
+  EXPECT_LT(rows[1]["parameters"].get<int64_t>(), rows[0]["parameters"].get<int64_t>());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/cmp/compare.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/cmp/ext-plain/checkpoint.pt"));
+  r = run("compare --out " + dir + "/cmp2 --run 'x=transformer model.no_such_key=1'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("no_such_key"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'x'"), std::string::npos) << r.output;
 }
 
 }  // namespace

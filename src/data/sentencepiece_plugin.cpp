@@ -7,6 +7,11 @@
 // initialisers call into SentencePiece's copy). Loaded locally with deep binding,
 // SentencePiece sees only its own protobuf and LibTorch only the system one.
 //
+// Deep binding has one catch: SentencePiece's own std::cerr binds to libstdc++'s copy, which
+// is never constructed when the executable holds a copy relocation of std::cerr (any program
+// that itself uses std::cerr/std::cout), so its log output would crash. Its logging is
+// therefore switched off; every failure still comes back as a Status message.
+//
 // Every function returns 0 on success; on failure non-zero and *err = a malloc'ed message.
 // Buffers handed out are malloc'ed; the caller frees them with seqmix_spm_free.
 #include <sentencepiece_processor.h>
@@ -20,7 +25,14 @@
 #include <unordered_map>
 #include <vector>
 
+namespace sentencepiece::logging {
+void SetMinLogLevel(int v);  // exported by libsentencepiece.so; not in its public headers
+}
+
 namespace {
+
+// Above LOG_FATAL (3): nothing is written to std::cerr (see the file comment).
+const bool kQuiet = (sentencepiece::logging::SetMinLogLevel(4), true);
 
 char* copy_out(const std::string& s) {
   char* p = static_cast<char*>(std::malloc(s.size() + 1));
@@ -136,6 +148,7 @@ __attribute__((visibility("default"))) int seqmix_spm_train(const char* text, si
   try {
     std::unordered_map<std::string, std::string> args;
     for (size_t i = 0; i < n_args; ++i) args[keys[i]] = values[i];
+    args["minloglevel"] = "4";  // the trainer resets the level from this flag
     // Not a TrainerSpec field: the trainer's line sampling uses a global generator.
     if (const auto it = args.find("random_seed"); it != args.end()) {
       sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(std::stoul(it->second)));

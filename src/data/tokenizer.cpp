@@ -139,7 +139,6 @@ Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
       {"max_sentence_length", std::to_string(o.max_sentence_length)},
       {"random_seed", std::to_string(o.seed)},
       {"num_threads", std::to_string(threads)},
-      {"minloglevel", "1"},
   };
   std::vector<const char*> keys, values;
   for (const auto& [k, v] : args) {

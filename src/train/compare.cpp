@@ -238,8 +238,9 @@ CompareResult compare(const CompareOptions& o) {
      << "plot \\\n";
   for (size_t i = 0; i < o.models.size(); ++i) {
     const std::string c = colors[i % colors.size()];
-    gp << "  batches index " << i << " using 1:2 with lines lc rgb '" << c
-       << "' lw 0.5 dt 3 notitle, \\\n"
+    // "#AARRGGBB": the per-batch costs drawn mostly transparent under the bucket summary.
+    gp << "  batches index " << i << " using 1:2 with lines lc rgb '#B0" << c.substr(1)
+       << "' lw 1 notitle, \\\n"
        << "  buckets index " << i << " using (($1+$2)/2):3:5 with filledcurves lc rgb '" << c
        << "' notitle, \\\n"
        << "  buckets index " << i << " using (($1+$2)/2):4 with linespoints lc rgb '" << c

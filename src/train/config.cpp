@@ -314,6 +314,16 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   } else {
     try {
       base.model = models::make_model_config(family, size);
+      if (family == "extractor-transformer" || family == "transformer-plain") {
+        // The Extractor paper's training (Table 1): PyTorch's AdamW defaults with lr 1e-3
+        // (beta2 0.999, weight decay 0.01), constant rate, no warm-up, no clipping.
+        base.train.lr = 1e-3;
+        base.train.beta2 = 0.999;
+        base.train.weight_decay = 0.01;
+        base.train.schedule = "constant";
+        base.train.warmup_steps = 0;
+        base.train.grad_clip = 0;
+      }
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(e.what());
     }
