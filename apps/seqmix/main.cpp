@@ -99,7 +99,10 @@ int cmd_info() {
       "\nweird-net / aib-net: Structure B (AIB attention in odd layers, self-attention in even)\n"
       "weird-net-a: Structure A (AIB attention in every layer)\n"
       "moss: Structure B, Leaky-ReLU FFN, biases on A and V\n"
-      "transformer: softmax self-attention in every layer (GPT-2 style)\n");
+      "transformer: softmax self-attention in every layer (GPT-2 style)\n"
+      "extractor-transformer: the Extractor in every layer; no LayerNorm, no biases, ReLU FFN\n"
+      "transformer-plain: the same stack with self-attention (the Extractor paper's baseline)\n"
+      "With a SentencePiece tokenizer (--tokenizer) the embedding and head grow to its size.\n");
   return 0;
 }
 
@@ -117,8 +120,8 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 int main(int argc, char** argv) {
   seqmix::util::retain_freed_memory();
   CLI::App app{
-      "seqmix: sub-quadratic sequence models (AIB/Weird attention, Transformer) -- "
-      "train, evaluate, generate"};
+      "seqmix: sub-quadratic sequence models (AIB/Weird attention, the Extractor, Transformer) -- "
+      "train, evaluate, compare, generate, benchmark"};
   app.require_subcommand(1);
 
   ConfigFlags train_flags;

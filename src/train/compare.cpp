@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -145,6 +145,9 @@ CompareResult compare(const CompareOptions& o) {
     throw std::runtime_error("compare: cannot create '" + o.out_dir + "': " + ec.message());
 
   CompareResult result;
+  // The y axis spans the bucket quartiles: early spikes of single batches (a model without
+  // normalisation or clipping can reach hundreds of nats) would flatten everything else.
+  double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
   std::ostringstream buckets_dat, batches_dat, summary;
   buckets_dat << "# per model (one gnuplot index each): first_batch last_batch q1 median q3"
                  " of the training cost per batch, nats per token\n";
@@ -171,17 +174,21 @@ CompareResult compare(const CompareOptions& o) {
       opts.out_dir = dir.string();
       opts.resume = fs::is_regular_file(dir / "checkpoint.pt");
       opts.report_interval = o.report_interval;
-      const auto t0 = std::chrono::steady_clock::now();
       const TrainResult r = train(config, opts);
-      row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       row.eval_loss = r.eval_loss;
       row.eval_perplexity = r.eval_perplexity;
       row.eval_bpc = r.eval_bpc;
     }
     // Per-batch costs: with log_interval 1 each training line is one batch.
     std::vector<double> costs;
-    for (const auto& line : read_metrics((dir / "metrics.jsonl").string()))
-      if (line.value("split", "") == "train") costs.push_back(line.at("loss").get<double>());
+    const double batch_tokens =
+        static_cast<double>(config.train.batch_size * config.model.max_len);
+    for (const auto& line : read_metrics((dir / "metrics.jsonl").string())) {
+      if (line.value("split", "") != "train") continue;
+      costs.push_back(line.at("loss").get<double>());
+      const double rate = line.value("tokens_per_s", 0.0);
+      if (rate > 0) row.seconds += batch_tokens / rate;
+    }
     row.steps = static_cast<int64_t>(costs.size());
     if (costs.empty())
       throw std::runtime_error("compare: '" + (dir / "metrics.jsonl").string() +
@@ -195,6 +202,8 @@ CompareResult compare(const CompareOptions& o) {
                                                    costs.begin() + static_cast<long>(last)));
       buckets_dat << first + 1 << ' ' << last << ' ' << q[0] << ' ' << q[1] << ' ' << q[2] << '\n';
       row.train_loss = q[1];
+      y_lo = std::min(y_lo, q[0]);
+      y_hi = std::max(y_hi, q[2]);
     }
     buckets_dat << "\n\n";
     batches_dat << "\n\n";
@@ -224,7 +233,7 @@ CompareResult compare(const CompareOptions& o) {
   std::ostringstream gp;
   gp << "# seqmix compare: training cost per batch, median and quartiles per " << o.bucket
      << " batches\n"
-     << "set terminal pngcairo size 1280,760 font 'sans,11'\n"
+     << "set terminal pngcairo noenhanced size 1280,760 font 'sans,11'\n"
      << "set output " << gnuplot_string((out / "compare.png.tmp").string()) << "\n"
      << "set title " << gnuplot_string(fmt::format(
                             "training cost per batch (nats per token): median and quartiles of "
@@ -232,6 +241,8 @@ CompareResult compare(const CompareOptions& o) {
                             o.bucket, configs[0].data.source, configs[0].train.batch_size,
                             configs[0].model.max_len))
      << "\nset xlabel 'batch'\nset ylabel 'cost (nats per token)'\nset grid\n"
+     << "set yrange [" << y_lo - 0.05 * (y_hi - y_lo) << ":" << y_hi + 0.05 * (y_hi - y_lo)
+     << "]  # the quartile range; single-batch spikes beyond it are clipped\n"
      << "set key top right\nset style fill transparent solid 0.2 noborder\n"
      << "buckets = " << gnuplot_string((out / "compare.dat").string()) << "\n"
      << "batches = " << gnuplot_string((out / "compare_batches.dat").string()) << "\n"

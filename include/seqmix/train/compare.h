@@ -13,7 +13,7 @@
 /// Output folder: <name>/ per model; compare.dat (per model and bucket: first and last batch,
 /// median, lower and upper quartile of the per-batch cost in nats), compare.gp (the gnuplot
 /// script), compare.png (the plot, if gnuplot is installed), summary.jsonl (one line per
-/// model: parameters, final training and held-out cost, perplexity, bpc, seconds).
+/// model: parameters, final training and held-out cost, perplexity, bpc, training seconds).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,7 +51,8 @@ struct CompareRow {
   double eval_loss = 0;        ///< held-out nats per token (whole split)
   double eval_perplexity = 0;  ///< exp(eval_loss)
   double eval_bpc = 0;         ///< held-out bits per byte of text
-  double seconds = 0;          ///< training wall time in this call (0 if reused)
+  double seconds = 0;          ///< time spent in training steps (from the metrics file, so
+                               ///< also for reused runs; evaluations excluded)
   bool reused = false;         ///< the run folder already held the finished run
 };
 
