@@ -106,9 +106,12 @@ int cmd_info() {
   return 0;
 }
 
-seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& config) {
+// The model of a run folder or checkpoint, with its configuration and tokenizer.
+seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& config,
+                                         seqmix::data::Tokenizer& tokenizer) {
   const std::string path = seqmix::train::find_checkpoint(run);
   config = seqmix::train::read_checkpoint_config(path);
+  tokenizer = seqmix::train::read_checkpoint_tokenizer(path);
   seqmix::models::SequenceModel model(config.model);
   seqmix::train::load_checkpoint(path, model, nullptr);
   model->eval();
@@ -327,13 +330,12 @@ int main(int argc, char** argv) {
 
     if (eval->parsed()) {
       RunConfig config;
-      auto model = load_model(eval_run, config);
+      auto tokenizer = seqmix::data::Tokenizer::bytes();
+      auto model = load_model(eval_run, config, tokenizer);
       seqmix::train::configure_threads(eval_threads);
       if (!eval_data.empty()) config.data.source = eval_data;
       if (!eval_data_dir.empty()) config.data.dir = eval_data_dir;
       if (!eval_split.empty()) config.data.eval_split = eval_split;
-      const auto tokenizer =
-          seqmix::train::read_checkpoint_tokenizer(seqmix::train::find_checkpoint(eval_run));
       const auto corpus = seqmix::data::TokenCorpus::build(
           seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,
                                          config.data.eval_split),
@@ -356,15 +358,14 @@ int main(int argc, char** argv) {
 
     if (gen->parsed()) {
       RunConfig config;
-      auto model = load_model(gen_run, config);
+      auto tokenizer = seqmix::data::Tokenizer::bytes();
+      auto model = load_model(gen_run, config, tokenizer);
       seqmix::train::configure_threads(gen_threads);
       seqmix::generate::SamplingOptions o;
       o.temperature = temperature;
       o.top_k = top_k;
       o.top_p = top_p;
       std::fputs(prompt.c_str(), stdout);
-      const auto tokenizer =
-          seqmix::train::read_checkpoint_tokenizer(seqmix::train::find_checkpoint(gen_run));
       seqmix::generate::generate_text(model, tokenizer, prompt, max_new, o,
                                       static_cast<uint64_t>(gen_seed), [](const std::string& t) {
                                         std::fputs(t.c_str(), stdout);

@@ -1,9 +1,9 @@
 #include "seqmix/data/byte_corpus.h"
 
+#include "seqmix/util/files.h"
+
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -14,12 +14,11 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("data: cannot open '" + p.string() + "' for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("data: error while reading '" + p.string() + "'");
-  return ss.str();
+  try {
+    return util::read_file(p.string());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("data: ") + e.what());
+  }
 }
 
 std::vector<fs::path> list_files(const fs::path& dir, const std::string& ext) {

@@ -2,15 +2,13 @@
 
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/util/files.h"
 
 namespace seqmix::data {
 
@@ -104,11 +102,7 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
 Tokenizer Tokenizer::load(const std::string& path) {
   if (!fs::is_regular_file(path))
     throw std::runtime_error("tokenizer model '" + path + "' does not exist");
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in) throw std::runtime_error("tokenizer model '" + path + "' cannot be read");
-  return from_serialized(ss.str(), "tokenizer model '" + path + "'");
+  return from_serialized(util::read_file(path), "tokenizer model '" + path + "'");
 }
 
 Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
@@ -199,21 +193,7 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
 
 void Tokenizer::save(const std::string& path) const {
   if (!sp_) throw std::logic_error("the byte tokenizer has no model file");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(proto_.data(), static_cast<std::streamsize>(proto_.size()));
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write tokenizer model '" + tmp + "'");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  }
+  util::write_file_atomic(path, proto_);
 }
 
 TokenCorpus TokenCorpus::build(const ByteCorpus& corpus, const Tokenizer& tokenizer) {

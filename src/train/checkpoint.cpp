@@ -79,8 +79,8 @@ void save_checkpoint(const std::string& path, models::SequenceModel& model,
   }
 }
 
-RunConfig read_checkpoint_config(const std::string& path) {
-  auto ar = open_archive(path);
+namespace {
+RunConfig config_in(torch::serialize::InputArchive& ar, const std::string& path) {
   c10::IValue cfg;
   if (!ar.try_read("config", cfg) || !cfg.isString())
     throw std::runtime_error("checkpoint '" + path + "' holds no configuration");
@@ -91,11 +91,17 @@ RunConfig read_checkpoint_config(const std::string& path) {
                              "' holds an invalid configuration: " + e.what());
   }
 }
+}  // namespace
+
+RunConfig read_checkpoint_config(const std::string& path) {
+  auto ar = open_archive(path);
+  return config_in(ar, path);
+}
 
 data::Tokenizer read_checkpoint_tokenizer(const std::string& path) {
-  const RunConfig config = read_checkpoint_config(path);
-  if (config.data.tokenizer == "bytes") return data::Tokenizer::bytes();
   auto ar = open_archive(path);
+  const RunConfig config = config_in(ar, path);
+  if (config.data.tokenizer == "bytes") return data::Tokenizer::bytes();
   at::Tensor bytes;
   if (!ar.try_read("tokenizer", bytes) || bytes.scalar_type() != at::kByte || bytes.dim() != 1)
     throw std::runtime_error("checkpoint '" + path + "' was trained with tokenizer '" +

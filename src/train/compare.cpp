@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -16,6 +15,7 @@
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/metrics.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/files.h"
 
 namespace seqmix::train {
 
@@ -82,16 +82,6 @@ std::string gnuplot_string(const std::string& s) {  // gnuplot single quotes: ''
   std::string out = "'";
   for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
-}
-
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, path);
 }
 
 // The finished run in `dir`, if there is one: its final held-out line.
@@ -223,9 +213,9 @@ CompareResult compare(const CompareOptions& o) {
   }
 
   const fs::path out = fs::absolute(o.out_dir);
-  write_file_atomic(out / "compare.dat", buckets_dat.str());
-  write_file_atomic(out / "compare_batches.dat", batches_dat.str());
-  write_file_atomic(out / "summary.jsonl", summary.str());
+  util::write_file_atomic((out / "compare.dat").string(), buckets_dat.str());
+  util::write_file_atomic((out / "compare_batches.dat").string(), batches_dat.str());
+  util::write_file_atomic((out / "summary.jsonl").string(), summary.str());
 
   // Per model: every batch's cost faintly, the quartile band and the median of each bucket.
   const std::vector<std::string> colors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
@@ -258,7 +248,7 @@ CompareResult compare(const CompareOptions& o) {
        << "' lw 2 pt 7 ps 0.6 title " << gnuplot_string(o.models[i].name)
        << (i + 1 < o.models.size() ? ", \\\n" : "\n");
   }
-  write_file_atomic(out / "compare.gp", gp.str());
+  util::write_file_atomic((out / "compare.gp").string(), gp.str());
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     fmt::print(stderr, "compare: gnuplot not found; the plot script is '{}'\n",
                (out / "compare.gp").string());

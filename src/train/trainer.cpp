@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "seqmix/data/byte_corpus.h"
@@ -16,6 +15,7 @@
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/metrics.h"
 #include "seqmix/train/schedule.h"
+#include "seqmix/util/files.h"
 #include "seqmix/util/progress.h"
 
 namespace seqmix::train {
@@ -57,16 +57,6 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
                                     torch::optim::AdamWOptions(opts).weight_decay(0.0)));
   return std::make_unique<torch::optim::AdamW>(groups, opts);
-}
-
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, path);
 }
 
 }  // namespace
@@ -135,7 +125,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   const auto corpus = data::TokenCorpus::build(
       data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
       tokenizer);
-  write_text_atomic(out / "config.toml", config.to_toml());
+  util::write_file_atomic((out / "config.toml").string(), config.to_toml());
   // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
   if (!tokenizer.is_bytes()) tokenizer.save((out / "tokenizer.model").string());
   const fs::path metrics_path = out / "metrics.jsonl";
@@ -145,7 +135,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     std::string kept;
     for (const auto& line : read_metrics(metrics_path.string()))
       if (line.value("step", int64_t{0}) <= start) kept += line.dump() + "\n";
-    write_text_atomic(metrics_path, kept);
+    util::write_file_atomic(metrics_path.string(), kept);
   }
   MetricsWriter metrics(metrics_path.string(), options.resume);
   const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
