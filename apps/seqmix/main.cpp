@@ -13,7 +13,9 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
+#include "seqmix/data/tasks.h"
 #include "seqmix/train/checkpoint.h"
+#include "seqmix/train/classify.h"
 #include "seqmix/train/compare.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
@@ -27,7 +29,7 @@ using seqmix::train::RunConfig;
 
 // Options shared by the commands that resolve a configuration.
 struct ConfigFlags {
-  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer;
+  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task;
   int64_t max_steps = -1, seed = -1, batch_size = -1, threads = -1, max_len = -1;
   double lr = -1;
   std::vector<std::string> set;
@@ -39,7 +41,12 @@ struct ConfigFlags {
                     "model preset: weird-net (= aib-net), weird-net-a, moss, transformer, "
                     "extractor-transformer, transformer-plain, etsmlp-lm, etsmlp-gate-lm, ... "
                     "(`seqmix info` lists all)");
-    app->add_option("--size", size, "model size: tiny, mini, base, small, medium, large");
+    app->add_option("--size", size,
+                    "model size: tiny, mini, base, small, medium, large (language modelling); "
+                    "cpu (default) or paper with --task");
+    app->add_option("--task", task,
+                    "classification task instead of language modelling: listops, text, "
+                    "retrieval, image, pathfinder, pathx (docs/TASKS.md)");
     app->add_option("--data", data, "corpus: sotu, moby-dick, or a text file/folder path");
     app->add_option("--data-dir", data_dir, "folder filled by scripts/setup.sh (default: data)");
     app->add_option("--tokenizer", tokenizer,
@@ -66,6 +73,7 @@ struct ConfigFlags {
     str("model.preset", model);
     str("model.size", size);
     str("data.source", data);
+    str("data.task", task);
     str("data.dir", data_dir);
     str("model.aib_impl", aib_impl);
     if (!tokenizer.empty()) {
@@ -137,7 +145,8 @@ int main(int argc, char** argv) {
   ConfigFlags train_flags;
   std::string out;
   bool resume = false, dump = false;
-  auto* train = app.add_subcommand("train", "train a language model (bytes or SentencePiece tokens)");
+  auto* train = app.add_subcommand("train", "train a language model (bytes or SentencePiece tokens), or a classifier "
+                                   "on a task (--task)");
   train_flags.add_to(train);
   train->add_option("--out", out, "run folder (config.toml, metrics.jsonl, checkpoint.pt)");
   train->add_flag("--resume", resume, "continue from <out>/checkpoint.pt");
@@ -149,9 +158,11 @@ int main(int argc, char** argv) {
   eval->add_option("run", eval_run, "run folder or checkpoint file")->required();
   eval->add_option("--data", eval_data, "corpus (default: the one it was trained on)");
   eval->add_option("--data-dir", eval_data_dir, "folder filled by scripts/setup.sh");
-  eval->add_option("--split", eval_split, "valid or test (enwik8/text8)");
-  eval->add_option("--max-tokens,--max-bytes", eval_max_tokens,
-                   "score only the first N held-out tokens (bytes for byte-level models)");
+  eval->add_option("--split", eval_split,
+                   "valid or test (enwik8/text8; tasks: valid, test or train, default test)");
+  eval->add_option("--max-tokens,--max-bytes,--max-examples", eval_max_tokens,
+                   "score only the first N held-out tokens (bytes for byte-level models; "
+                   "examples for a task)");
   eval->add_option("--batch-size", eval_batch, "windows per forward pass");
   eval->add_option("--threads", eval_threads, "intra-op threads (0 = all)");
 
@@ -367,6 +378,19 @@ int main(int argc, char** argv) {
       opts.out_dir = out;
       opts.resume = resume;
       const auto r = seqmix::train::train(config, opts);
+      if (!config.data.task.empty()) {
+        fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
+                                          {"task", config.data.task},
+                                          {"model", config.model.preset},
+                                          {"train_loss", r.final_train_loss},
+                                          {"valid_accuracy", r.eval_accuracy},
+                                          {"test_accuracy", r.test_accuracy},
+                                          {"test_loss", r.test_loss},
+                                          {"train_accuracy", r.train_accuracy},
+                                          {"out", out}}
+                               .dump());
+        return 0;
+      }
       fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
                                         {"train_loss", r.final_train_loss},
                                         {"split", "eval"},
@@ -383,8 +407,32 @@ int main(int argc, char** argv) {
       auto tokenizer = seqmix::data::Tokenizer::bytes();
       auto model = load_model(eval_run, config, tokenizer);
       seqmix::train::configure_threads(eval_threads);
-      if (!eval_data.empty()) config.data.source = eval_data;
       if (!eval_data_dir.empty()) config.data.dir = eval_data_dir;
+      if (!config.data.task.empty()) {
+        // A classifier: accuracy on one split of the task it was trained on.
+        const std::string split = eval_split.empty() ? "test" : eval_split;
+        const auto& d = config.data;
+        const auto task = seqmix::data::load_task(seqmix::train::task_spec(config));
+        const std::vector<seqmix::data::LabelledSequence>* examples =
+            split == "test"    ? &task.splits.test
+            : split == "valid" ? &task.splits.valid
+            : split == "train" ? &task.splits.train
+                               : nullptr;
+        if (!examples)
+          throw std::runtime_error("--split: a task has the splits train, valid and test, got '" +
+                                   split + "'");
+        const auto r = seqmix::train::evaluate_classifier(model, *examples, eval_batch,
+                                                          eval_max_tokens);
+        fmt::print("{}\n", nlohmann::json{{"split", split},
+                                          {"task", d.task},
+                                          {"loss", r.loss},
+                                          {"accuracy", r.accuracy},
+                                          {"examples", r.examples},
+                                          {"seconds", r.seconds}}
+                               .dump());
+        return 0;
+      }
+      if (!eval_data.empty()) config.data.source = eval_data;
       if (!eval_split.empty()) config.data.eval_split = eval_split;
       const auto corpus = seqmix::data::TokenCorpus::build(
           seqmix::data::ByteCorpus::load(config.data.source, config.data.dir,

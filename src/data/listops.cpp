@@ -101,7 +101,7 @@ ListOpsData generate_listops(const ListOpsOptions& o) {
     if (!seen.insert(tokens).second) continue;
     const auto k = static_cast<int64_t>(seen.size());
     auto& split = k <= o.train ? d.train : k <= o.train + o.valid ? d.valid : d.test;
-    split.push_back({tokens, value});
+    split.push_back({tokens, value, {}});
   }
   return d;
 }

@@ -40,6 +40,7 @@ void ModelConfig::validate() const {
     }
   }
   if (n_classes < 0) fail("n_classes", "must be >= 0 (0: no classification head)");
+  if (cls_pair && n_classes < 1) fail("cls_pair", "needs a classification head (n_classes >= 1)");
   if (norm_type != "layer" && norm_type != "batch")
     fail("norm_type", "must be layer or batch, got '" + norm_type + "'");
   nn::parse_ces_shortcut(ces_shortcut);
@@ -77,6 +78,7 @@ int64_t ModelConfig::num_parameters() const {
   if (norm) n += 2 * D;                      // final norm
   if (!tie_embeddings) n += D * vocab_size;  // head (no bias)
   if (n_classes > 0) n += D * n_classes + n_classes;
+  if (cls_pair) n += 4 * D * D + D;
   return n;
 }
 
@@ -145,6 +147,8 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
         "head", torch::nn::Linear(torch::nn::LinearOptions(D, config_.vocab_size).bias(false)));
   if (config_.n_classes > 0)
     cls_head = register_module("cls_head", torch::nn::Linear(D, config_.n_classes));
+  if (config_.cls_pair)
+    cls_pair_proj = register_module("cls_pair_proj", torch::nn::Linear(4 * D, D));
   torch::NoGradGuard no_grad;
   const double std = 1.0 / std::sqrt(static_cast<double>(D));
   tok_emb->weight.normal_(0.0, std);
@@ -153,6 +157,10 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
   if (cls_head) {
     cls_head->weight.normal_(0.0, std);
     cls_head->bias.zero_();
+  }
+  if (cls_pair_proj) {
+    cls_pair_proj->weight.normal_(0.0, 1.0 / std::sqrt(4.0 * static_cast<double>(D)));
+    cls_pair_proj->bias.zero_();
   }
 }
 
@@ -187,7 +195,17 @@ at::Tensor SequenceModelImpl::pooled(const at::Tensor& tokens, const at::Tensor&
 at::Tensor SequenceModelImpl::classify(const at::Tensor& tokens, const at::Tensor& mask) {
   TORCH_CHECK(cls_head, "SequenceModel::classify: the model has no classification head "
                         "(set model.n_classes)");
+  TORCH_CHECK(!cls_pair_proj, "SequenceModel::classify: a pair classifier (model.cls_pair) "
+                              "classifies two sequences: use classify_pair");
   return cls_head(pooled(tokens, mask));
+}
+
+at::Tensor SequenceModelImpl::classify_pair(const at::Tensor& tokens_a, const at::Tensor& mask_a,
+                                            const at::Tensor& tokens_b, const at::Tensor& mask_b) {
+  TORCH_CHECK(cls_pair_proj, "SequenceModel::classify_pair: the model is not a pair classifier "
+                             "(set model.cls_pair and model.n_classes)");
+  const at::Tensor u = pooled(tokens_a, mask_a), v = pooled(tokens_b, mask_b);
+  return cls_head(at::relu(cls_pair_proj(at::cat({u, v, u * v, u - v}, -1))));
 }
 
 at::Tensor SequenceModelImpl::logits(const at::Tensor& h) {

@@ -7,7 +7,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "seqmix/data/tasks.h"
 #include "seqmix/models/presets.h"
+#include "seqmix/train/task_presets.h"
 
 namespace seqmix::train {
 
@@ -48,12 +50,18 @@ toml::table to_table(const RunConfig& c) {
                     {"ces_max_phase", m.ces_max_phase},
                     {"ces_max_lambda", m.ces_max_lambda},
                     {"ces_impl", m.ces_impl},
-                    {"n_classes", m.n_classes}};
+                    {"n_classes", m.n_classes},
+                    {"cls_pair", m.cls_pair}};
   const auto& d = c.data;
   toml::table data{{"source", d.source},
                    {"dir", d.dir},
                    {"eval_split", d.eval_split},
-                   {"tokenizer", d.tokenizer}};
+                   {"tokenizer", d.tokenizer},
+                   {"task", d.task},
+                   {"task_seed", d.task_seed},
+                   {"train_examples", d.train_examples},
+                   {"valid_examples", d.valid_examples},
+                   {"test_examples", d.test_examples}};
   const auto& t = c.train;
   toml::table train{{"batch_size", t.batch_size},
                     {"max_steps", t.max_steps},
@@ -197,10 +205,17 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   m.ces_max_lambda = get_or<double>(t, "model", "ces_max_lambda", d.ces_max_lambda, origin);
   m.ces_impl = get_or<std::string>(t, "model", "ces_impl", d.ces_impl, origin);
   m.n_classes = get_or<int64_t>(t, "model", "n_classes", d.n_classes, origin);
+  m.cls_pair = get_or<bool>(t, "model", "cls_pair", d.cls_pair, origin);
   c.data.source = get<std::string>(t, "data", "source", origin);
   c.data.dir = get<std::string>(t, "data", "dir", origin);
   c.data.eval_split = get<std::string>(t, "data", "eval_split", origin);
   c.data.tokenizer = get_or<std::string>(t, "data", "tokenizer", "bytes", origin);
+  // Added with the classification tasks.
+  c.data.task = get_or<std::string>(t, "data", "task", "", origin);
+  c.data.task_seed = get_or<int64_t>(t, "data", "task_seed", 0, origin);
+  c.data.train_examples = get_or<int64_t>(t, "data", "train_examples", 0, origin);
+  c.data.valid_examples = get_or<int64_t>(t, "data", "valid_examples", 0, origin);
+  c.data.test_examples = get_or<int64_t>(t, "data", "test_examples", 0, origin);
   auto& r = c.train;
   r.batch_size = get<int64_t>(t, "train", "batch_size", origin);
   r.max_steps = get<int64_t>(t, "train", "max_steps", origin);
@@ -292,6 +307,35 @@ void RunConfig::validate() const {
                                 "'");
   if (data.tokenizer.empty())
     throw std::invalid_argument("data.tokenizer: must be 'bytes' or a SentencePiece model path");
+  if (!data.task.empty()) {
+    const data::TaskInfo* info = nullptr;
+    try {
+      info = &data::task_info(data.task);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("data.task: ") + e.what());
+    }
+    auto need = [&](const char* key, int64_t have, int64_t want, const char* why) {
+      if (have != want)
+        throw std::invalid_argument(std::string("model.") + key + ": task '" + data.task +
+                                    "' needs " + std::to_string(want) + " (" + why + "), got " +
+                                    std::to_string(have));
+    };
+    need("vocab_size", model.vocab_size, info->vocab_size, "its token ids");
+    need("n_classes", model.n_classes, info->n_classes, "its classes");
+    need("cls_pair", model.cls_pair, info->pair, "1: pairs of sequences, 0: single sequences");
+    if (data.tokenizer != "bytes")
+      throw std::invalid_argument("data.tokenizer: task '" + data.task +
+                                  "' brings its own tokens; set 'bytes', got '" + data.tokenizer +
+                                  "'");
+    if (data.train_examples < 0 || data.valid_examples < 0 || data.test_examples < 0)
+      throw std::invalid_argument("data.train_examples / valid_examples / test_examples: must be "
+                                  ">= 0 (0: the task's default)");
+    if (data.task_seed < 0) throw std::invalid_argument("data.task_seed: must be >= 0");
+    return;
+  }
+  if (model.n_classes > 0)
+    throw std::invalid_argument("model.n_classes: a classification head needs a task "
+                                "(data.task, --task); language modelling uses the LM head");
   if (data.tokenizer == "bytes" && model.vocab_size != 256)
     throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
                                 "need 256, got " + std::to_string(model.vocab_size) +
@@ -311,7 +355,8 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   // Parse the overrides first: the preset they name decides the base configuration.
   std::vector<std::tuple<std::string, std::string, toml::table, std::string>> parsed;
   std::string family = file["model"]["preset"].value_or(std::string("weird-net"));
-  std::string size = file["model"]["size"].value_or(std::string("mini"));
+  std::string size = file["model"]["size"].value_or(std::string());
+  std::string task = file["data"]["task"].value_or(std::string());
   for (const auto& o : overrides) {
     const std::string origin = "override '" + o + "'";
     const auto eq = o.find('=');
@@ -328,6 +373,7 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     }
     if (section == "model" && key == "preset") family = v["v"].value_or(value);
     if (section == "model" && key == "size") size = v["v"].value_or(value);
+    if (section == "data" && key == "task") task = v["v"].value_or(value);
     parsed.emplace_back(section, key, std::move(v), origin);
   }
   RunConfig base;
@@ -335,8 +381,12 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     base = *base_in;
   } else {
     try {
-      base.model = models::make_model_config(family, size);
-      if (family == "extractor-transformer" || family == "transformer-plain") {
+      if (!task.empty()) {
+        base = make_task_config(family, task, size.empty() ? "cpu" : size);
+      } else {
+        base.model = models::make_model_config(family, size.empty() ? "mini" : size);
+      }
+      if (task.empty() && (family == "extractor-transformer" || family == "transformer-plain")) {
         // The Extractor paper's training (Table 1): PyTorch's AdamW defaults with lr 1e-3
         // (beta2 0.999, weight decay 0.01), constant rate, no warm-up, no clipping.
         base.train.lr = 1e-3;

@@ -6,12 +6,16 @@
 #include <torch/optim/adamw.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <filesystem>
 #include <thread>
 
 #include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tasks.h"
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/train/checkpoint.h"
+#include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/metrics.h"
 #include "seqmix/train/schedule.h"
@@ -59,6 +63,127 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model
   return std::make_unique<torch::optim::AdamW>(groups, opts);
 }
 
+using LogFn = std::function<void(const nlohmann::json&)>;
+using SayFn = std::function<void(const std::string&)>;
+
+struct StepLoss {
+  at::Tensor loss;        ///< mean over the batch, to backpropagate
+  int64_t correct = 0;    ///< classification: right answers in the batch
+  int64_t count = 0;      ///< classification: examples in the batch
+};
+
+// What is learned and how it is scored: next-token prediction on a corpus or a labelled task.
+// The loop in train() (schedule, clipping, logging, checkpoints) is the same for both.
+struct Objective {
+  std::string description;  ///< the data, for the start line
+  std::string batch_shape;  ///< e.g. "32 x 256 bytes"
+  std::string unit;         ///< what the throughput counts: tokens or examples
+  int64_t units_per_step = 0;
+  bool train_bpc = false;   ///< training lines carry bpc (byte-level language models)
+  std::function<StepLoss(int64_t step)> step;
+  std::function<void(int64_t step, bool final)> held_out;
+};
+
+Objective language_model_objective(const RunConfig& config, models::SequenceModel& model,
+                                   const data::Tokenizer& tokenizer, const LogFn& log,
+                                   const SayFn& say, TrainResult& result) {
+  auto corpus = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::build(
+      data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
+      tokenizer));
+  const auto& t = config.train;
+  const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
+  Objective o;
+  o.description = corpus->description;
+  o.batch_shape = fmt::format("{} x {} {}", B, T, tokenizer.is_bytes() ? "bytes" : "tokens");
+  o.unit = "tokens";
+  o.units_per_step = B * T;
+  o.train_bpc = tokenizer.is_bytes();
+  o.step = [corpus, &model, &t, B, T, V](int64_t step) {
+    const at::Tensor batch =
+        data::sample_batch(corpus->train, B, T, static_cast<uint64_t>(t.seed), step);
+    const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
+    const at::Tensor logits = model->forward(x);
+    return StepLoss{at::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1})), 0, 0};
+  };
+  o.held_out = [corpus, &model, &tokenizer, &t, B, log, say, &result](int64_t step, bool final) {
+    const EvalResult r =
+        evaluate(model, corpus->eval, tokenizer, B, final ? 0 : t.eval_max_bytes);
+    log({{"step", step},
+         {"split", "eval"},
+         {"loss", r.loss},
+         {"perplexity", r.perplexity},
+         {"bpc", r.bpc},
+         {"tokens", r.tokens},
+         {"bytes", r.bytes},
+         {"final", final},
+         {"seconds", r.seconds}});
+    say(tokenizer.is_bytes()
+            ? fmt::format("step {}: held-out bpc {:.4f} over {} bytes{}", step, r.bpc, r.tokens,
+                          final ? " (whole split)" : "")
+            : fmt::format("step {}: held-out perplexity {:.2f} (bpc {:.4f}) over {} tokens{}",
+                          step, r.perplexity, r.bpc, r.tokens, final ? " (whole split)" : ""));
+    result.eval_bpc = r.bpc;
+    result.eval_loss = r.loss;
+    result.eval_perplexity = r.perplexity;
+  };
+  return o;
+}
+
+Objective classification_objective(const RunConfig& config, models::SequenceModel& model,
+                                   const LogFn& log, const SayFn& say, TrainResult& result) {
+  auto task = std::make_shared<const data::TaskData>(data::load_task(task_spec(config)));
+  const auto& t = config.train;
+  const int64_t B = t.batch_size, T = config.model.max_len;
+  auto order = std::make_shared<EpochOrder>(static_cast<int64_t>(task->splits.train.size()), B,
+                                            static_cast<uint64_t>(t.seed));
+  Objective o;
+  o.description = task->description;
+  o.batch_shape = fmt::format("{} examples of <= {} tokens{}", B, T,
+                              task->info.pair ? " (pairs)" : "");
+  o.unit = "examples";
+  o.units_per_step = B;
+  o.step = [task, order, &model, T](int64_t step) {
+    std::vector<const data::LabelledSequence*> examples;
+    for (int64_t i : order->batch(step)) examples.push_back(&task->splits.train[i]);
+    const ClassBatch b = collate(examples, T);
+    const at::Tensor logits = class_logits(model, b);
+    const int64_t correct = logits.detach().argmax(-1).eq(b.labels).sum().item<int64_t>();
+    return StepLoss{at::cross_entropy_loss(logits, b.labels), correct, b.labels.size(0)};
+  };
+  // Periodic evaluations score the validation split; the final one also the test split and
+  // as many training examples as the test split has (train vs test accuracy, aib-net
+  // Table VI), the first ones of the training split.
+  o.held_out = [task, &model, B, log, say, &result](int64_t step, bool final) {
+    auto score = [&](const char* name, const std::vector<data::LabelledSequence>& split,
+                     int64_t max_examples) {
+      if (split.empty()) return AccuracyResult{};
+      const AccuracyResult r = evaluate_classifier(model, split, B, max_examples);
+      log({{"step", step},
+           {"split", name},
+           {"loss", r.loss},
+           {"accuracy", r.accuracy},
+           {"examples", r.examples},
+           {"final", final},
+           {"seconds", r.seconds}});
+      say(fmt::format("step {}: {} accuracy {:.2f}% (loss {:.4f}) over {} examples", step, name,
+                      100.0 * r.accuracy, r.loss, r.examples));
+      return r;
+    };
+    const AccuracyResult v = score("valid", task->splits.valid, 0);
+    result.eval_loss = v.loss;
+    result.eval_accuracy = v.accuracy;
+    if (!final) return;
+    const AccuracyResult te = score("test", task->splits.test, 0);
+    const AccuracyResult tr = score(
+        "train", task->splits.train,
+        std::max<int64_t>(1, static_cast<int64_t>(task->splits.test.size())));
+    result.test_loss = te.loss;
+    result.test_accuracy = te.accuracy;
+    result.train_accuracy = tr.accuracy;
+  };
+  return o;
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& requested, const TrainOptions& options) {
@@ -94,6 +219,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
 
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
   data::Tokenizer tokenizer = data::Tokenizer::bytes();
+  const bool task = !config.data.task.empty();
   if (config.data.tokenizer != "bytes") {
     if (options.resume) {
       tokenizer = read_checkpoint_tokenizer(ckpt_path.string());
@@ -107,7 +233,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       tokenizer = data::Tokenizer::load(config.data.tokenizer);
     }
   }
-  if (tokenizer.vocab_size() != config.model.vocab_size)
+  if (!task && tokenizer.vocab_size() != config.model.vocab_size)
     throw std::runtime_error(
         "model.vocab_size is " + std::to_string(config.model.vocab_size) + " but tokenizer '" +
         config.data.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) +
@@ -115,10 +241,11 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
         " (the --tokenizer option does so)");
 
   // Next-token prediction needs a model that cannot see the token it predicts.
-  if (!config.model.causal)
+  if (!task && !config.model.causal)
     throw std::runtime_error("model.causal is false (preset '" + config.model.preset +
                              "' is an encoder for classification); language-model training "
-                             "needs a causal model (e.g. etsmlp-lm instead of etsmlp)");
+                             "needs a causal model (e.g. etsmlp-lm instead of etsmlp), or give "
+                             "a task (--task)");
   const auto& t = config.train;
   const int64_t threads = configure_threads(t.threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
@@ -127,13 +254,18 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   int64_t start = 0;
   if (options.resume) start = load_checkpoint(ckpt_path.string(), model, optimizer.get());
 
-  const auto corpus = data::TokenCorpus::build(
-      data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
-      tokenizer);
+  const fs::path metrics_path = out / "metrics.jsonl";
+  TrainResult result;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<util::Progress> progress;
+  auto log = [&](const nlohmann::json& line) { metrics->write(line); };
+  auto say = [&](const std::string& line) { progress->message(line); };
+  const Objective objective =
+      task ? classification_objective(config, model, log, say, result)
+           : language_model_objective(config, model, tokenizer, log, say, result);
   util::write_file_atomic((out / "config.toml").string(), config.to_toml());
   // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
   if (!tokenizer.is_bytes()) tokenizer.save((out / "tokenizer.model").string());
-  const fs::path metrics_path = out / "metrics.jsonl";
   if (options.resume && fs::exists(metrics_path)) {
     // Lines logged after the checkpoint belong to steps that will be redone: drop them so the
     // file reads as one uninterrupted run.
@@ -142,65 +274,39 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       if (line.value("step", int64_t{0}) <= start) kept += line.dump() + "\n";
     util::write_file_atomic(metrics_path.string(), kept);
   }
-  MetricsWriter metrics(metrics_path.string(), options.resume);
-  const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
+  metrics = std::make_unique<MetricsWriter>(metrics_path.string(), options.resume);
+  const int64_t B = t.batch_size;
 
-  util::Progress progress("train", t.max_steps, start);
-  progress.message(fmt::format(
-      "seqmix train: {} ({}), {} parameters, {} threads; {}; batch {} x {} {}, {} steps{}",
-      config.model.preset, config.model.size, config.model.num_parameters(), threads,
-      corpus.description, B, T, tokenizer.is_bytes() ? "bytes" : "tokens", t.max_steps,
-      options.resume ? fmt::format(", resuming at step {}", start) : ""));
-
-  TrainResult result;
-  auto held_out = [&](int64_t step, bool final) {
-    const EvalResult r =
-        evaluate(model, corpus.eval, tokenizer, B, final ? 0 : t.eval_max_bytes);
-    metrics.write({{"step", step},
-                   {"split", "eval"},
-                   {"loss", r.loss},
-                   {"perplexity", r.perplexity},
-                   {"bpc", r.bpc},
-                   {"tokens", r.tokens},
-                   {"bytes", r.bytes},
-                   {"final", final},
-                   {"seconds", r.seconds}});
-    progress.message(
-        tokenizer.is_bytes()
-            ? fmt::format("step {}: held-out bpc {:.4f} over {} bytes{}", step, r.bpc, r.tokens,
-                          final ? " (whole split)" : "")
-            : fmt::format("step {}: held-out perplexity {:.2f} (bpc {:.4f}) over {} tokens{}",
-                          step, r.perplexity, r.bpc, r.tokens, final ? " (whole split)" : ""));
-    result.eval_bpc = r.bpc;
-    result.eval_loss = r.loss;
-    result.eval_perplexity = r.perplexity;
-  };
+  progress = std::make_unique<util::Progress>("train", t.max_steps, start);
+  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads; {}; batch {}, {} steps{}",
+                  config.model.preset, config.model.size, config.model.num_parameters(), threads,
+                  objective.description, objective.batch_shape, t.max_steps,
+                  options.resume ? fmt::format(", resuming at step {}", start) : ""));
+  (void)B;
   auto checkpoint = [&](int64_t step) {
     save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer);
   };
 
   model->train();
   double loss_sum = 0;
-  int64_t loss_n = 0;
+  int64_t loss_n = 0, correct_sum = 0, count_sum = 0;
   auto t_log = std::chrono::steady_clock::now();
   for (int64_t step = start; step < t.max_steps; ++step) {
     const double lr = learning_rate(t, step);
     for (auto& g : optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    const at::Tensor batch =
-        data::sample_batch(corpus.train, B, T, static_cast<uint64_t>(t.seed), step);
-    const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
     optimizer->zero_grad();
-    const at::Tensor logits = model->forward(x);
-    const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1}));
-    loss.backward();
+    const StepLoss sl = objective.step(step);
+    sl.loss.backward();
     double grad_norm = 0;
     if (t.grad_clip > 0)
       grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
     optimizer->step();
-    const double l = loss.item<double>();
+    const double l = sl.loss.item<double>();
     loss_sum += l;
     ++loss_n;
+    correct_sum += sl.correct;
+    count_sum += sl.count;
     const int64_t done = step + 1;
     if (done % t.log_interval == 0 || done == t.max_steps) {
       const auto now = std::chrono::steady_clock::now();
@@ -213,33 +319,39 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
                           {"perplexity", std::exp(mean)},
                           {"lr", lr},
                           {"grad_norm", grad_norm},
-                          {"tokens_per_s", dt > 0 ? static_cast<double>(loss_n * B * T) / dt : 0.0}};
+                          {objective.unit + "_per_s",
+                           dt > 0 ? static_cast<double>(loss_n * objective.units_per_step) / dt
+                                  : 0.0}};
       // Bits per byte only where a token is a byte; held-out lines carry it for every tokenizer.
-      if (tokenizer.is_bytes()) line["bpc"] = mean / std::log(2.0);
-      metrics.write(line);
+      if (objective.train_bpc) line["bpc"] = mean / std::log(2.0);
+      if (count_sum > 0)
+        line["accuracy"] = static_cast<double>(correct_sum) / static_cast<double>(count_sum);
+      metrics->write(line);
+      correct_sum = 0;
+      count_sum = 0;
       result.final_train_loss = mean;
       loss_sum = 0;
       loss_n = 0;
-      if (!progress.tty() && (options.report_interval <= 0 ||
+      if (!progress->tty() && (options.report_interval <= 0 ||
                               done % options.report_interval == 0 || done == t.max_steps))
-        progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", mean, lr));
+        progress->update(done, fmt::format("loss {:.4f} lr {:.2e}", mean, lr));
     }
-    if (progress.tty()) progress.update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
+    if (progress->tty()) progress->update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
-      held_out(done, false);
+      objective.held_out(done, false);
     if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
         done == options.halt_after_step)
       checkpoint(done);
     if (done == options.halt_after_step) {
-      progress.finish();
+      progress->finish();
       result.steps = done;
       result.halted = true;
       return result;
     }
   }
-  progress.finish();
+  progress->finish();
   if (start >= t.max_steps) checkpoint(t.max_steps);
-  held_out(std::max(start, t.max_steps), true);
+  objective.held_out(std::max(start, t.max_steps), true);
   result.steps = std::max(start, t.max_steps);
   return result;
 }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "seqmix/data/listops.h"  // LabelledSequence
+#include "seqmix/data/labelled.h"
 
 namespace seqmix::data {
 
@@ -32,9 +32,7 @@ namespace fashion_mnist {
 constexpr int32_t kVocabSize = 256, kClasses = 10, kPixels = 784;
 }
 
-struct FashionMnistData {
-  std::vector<LabelledSequence> train, valid, test;
-};
+using FashionMnistData = LabelledSplits;
 
 /// Loads the four files from `dir` (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,
 /// t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz).

@@ -15,13 +15,9 @@
 #include <string>
 #include <vector>
 
-namespace seqmix::data {
+#include "seqmix/data/labelled.h"
 
-/// One labelled sequence of token ids.
-struct LabelledSequence {
-  std::vector<int32_t> tokens;
-  int32_t label = 0;
-};
+namespace seqmix::data {
 
 /// ListOps vocabulary: 0 is padding, digits d are d + 1, then the operators and "]".
 namespace listops {
@@ -37,9 +33,7 @@ struct ListOpsOptions {
   uint64_t seed = 0;
 };
 
-struct ListOpsData {
-  std::vector<LabelledSequence> train, valid, test;
-};
+using ListOpsData = LabelledSplits;
 
 /// Generates the three splits. Deterministic for equal options.
 /// @throws std::invalid_argument naming the option for sizes < 0, max_args < 2,

@@ -61,6 +61,10 @@ struct ModelConfig {
   std::string ces_impl = "kernel";     ///< kernel (recurrence) | reference (FFT)
   /// Classes of the classification head (Linear D -> n_classes on `pooled`); 0: none.
   int64_t n_classes = 0;
+  /// Pair classification (LRA Retrieval's two-tower model): both sequences go through the
+  /// same stack, their pooled vectors u, v are combined as [u, v, u*v, u-v] and classified by
+  /// an MLP (Linear 4D -> D, ReLU, Linear D -> n_classes), as LRA's dual classifier head.
+  bool cls_pair = false;
 
   /// @throws std::invalid_argument naming the first inconsistent field.
   void validate() const;
@@ -88,6 +92,11 @@ class SequenceModelImpl : public torch::nn::Module {
   /// Class logits: tokens [B, L], mask [B, L] -> [B, n_classes] (cls_head on `pooled`).
   /// @throws c10::Error if the model has no classification head (n_classes = 0).
   at::Tensor classify(const at::Tensor& tokens, const at::Tensor& mask = {});
+  /// Pair class logits (cls_pair models): tokens_a [B, La], mask_a [B, La], tokens_b [B, Lb],
+  /// mask_b [B, Lb] -> [B, n_classes].
+  /// @throws c10::Error if the model is not a pair classifier.
+  at::Tensor classify_pair(const at::Tensor& tokens_a, const at::Tensor& mask_a,
+                           const at::Tensor& tokens_b, const at::Tensor& mask_b);
 
   /// Decoding state: one MixerState per block. @throws std::logic_error for an encoder.
   std::vector<nn::MixerState> init_state(int64_t batch) const;
@@ -103,6 +112,7 @@ class SequenceModelImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm_f{nullptr};  ///< null when config.norm is false
   torch::nn::Linear head{nullptr};  ///< only when !tie_embeddings
   torch::nn::Linear cls_head{nullptr};  ///< only when n_classes > 0 (weights N(0, 1/D), bias 0)
+  torch::nn::Linear cls_pair_proj{nullptr};  ///< cls_pair: 4D -> D before the ReLU
 
  private:
   at::Tensor logits(const at::Tensor& h);

@@ -21,6 +21,12 @@ struct DataConfig {
   /// "bytes" (vocab_size 256) or the path of a SentencePiece model (data/tokenizer.h), whose
   /// piece count must equal model.vocab_size. Training stores the model in the checkpoint.
   std::string tokenizer = "bytes";
+  /// A classification task (data/tasks.h: listops, text, retrieval, image, pathfinder,
+  /// pathx) instead of language modelling on `source`; empty: language modelling.
+  std::string task;
+  int64_t task_seed = 0;  ///< data generation and splits, independent of train.seed
+  /// Examples per split (0: the task's default; data/tasks.h says what a count means).
+  int64_t train_examples = 0, valid_examples = 0, test_examples = 0;
 };
 
 struct TrainConfig {

@@ -1,6 +1,7 @@
 #pragma once
 /// @file trainer.h
-/// Training loop for language models (bytes or SentencePiece tokens): AdamW (decoupled weight decay on weight
+/// Training loop for language models (bytes or SentencePiece tokens) and for classifiers on
+/// the labelled tasks (data/tasks.h; config data.task): AdamW (decoupled weight decay on weight
 /// matrices only), linear warm-up then cosine/linear decay, global-norm gradient clipping,
 /// periodic evaluation, metrics.jsonl, atomic checkpoints and exact resumption.
 ///
@@ -29,6 +30,12 @@ struct TrainResult {
   double eval_bpc = 0;          ///< held-out bits per character of the final evaluation
   double eval_loss = 0;         ///< held-out nats per token
   double eval_perplexity = 0;   ///< exp(eval_loss)
+  /// Classification runs (data.task): eval_loss is the validation cross-entropy (nats per
+  /// example); accuracies are fractions in [0, 1] from the final evaluation.
+  double eval_accuracy = 0;   ///< validation split
+  double test_accuracy = 0;   ///< test split
+  double test_loss = 0;       ///< test split, nats per example
+  double train_accuracy = 0;  ///< the first |test| training examples, in eval mode
   bool halted = false;          ///< stopped by halt_after_step
 };
 

@@ -1,0 +1,113 @@
+#include "seqmix/data/tasks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "seqmix/data/fashion_mnist.h"
+#include "seqmix/data/listops.h"
+// PENDING #include "seqmix/data/pathfinder.h"
+#include "seqmix/data/text_tasks.h"
+
+namespace seqmix::data {
+
+const std::vector<TaskInfo>& task_infos() {
+  static const std::vector<TaskInfo> tasks = {
+      {"listops", listops::kVocabSize, listops::kClasses, 2000, false,
+       "ListOps (LRA generator): value of a nested MIN/MAX/MED/SM expression"},
+      {"text", text_tasks::kVocabSize, text_tasks::kClasses, 4096, false, "SpamAssassin: spam or ham from the message body, bytes"},
+      {"retrieval", text_tasks::kVocabSize, text_tasks::kClasses, 4000, true,
+       "State of the Union: are two passages by the same president? bytes, two towers"},
+      {"image", fashion_mnist::kVocabSize, fashion_mnist::kClasses, fashion_mnist::kPixels, false,
+       "Fashion-MNIST: 784 pixel intensities, 10 classes"},
+      {"pathfinder", 256, 2, 32 * 32, false,
+       "Pathfinder 32x32: are the two dots on one dashed path?"},
+      {"pathx", 256, 2, 128 * 128, false,
+       "Path-X 128x128: Pathfinder at 16384 pixels"},
+  };
+  return tasks;
+}
+
+const TaskInfo& task_info(const std::string& name) {
+  std::string names;
+  for (const auto& t : task_infos()) {
+    if (t.name == name) return t;
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  throw std::invalid_argument("unknown task '" + name + "' (expected one of: " + names + ")");
+}
+
+namespace {
+
+void keep_first(std::vector<LabelledSequence>& v, int64_t n) {
+  if (n > 0 && static_cast<int64_t>(v.size()) > n) v.resize(static_cast<size_t>(n));
+}
+
+std::string sizes(const LabelledSplits& s) {
+  return fmt::format("{} / {} / {} train / valid / test", s.train.size(), s.valid.size(),
+                     s.test.size());
+}
+
+}  // namespace
+
+TaskData load_task(const TaskSpec& spec) {
+  TaskData d{task_info(spec.name), {}, {}};
+  if (spec.train < 0 || spec.valid < 0 || spec.test < 0 || spec.max_len < 0)
+    throw std::invalid_argument(fmt::format(
+        "task '{}': example counts and max_len must be >= 0 (0: the task's default), got {} / "
+        "{} / {}, max_len {}",
+        spec.name, spec.train, spec.valid, spec.test, spec.max_len));
+  const std::filesystem::path dir(spec.dir);
+  if (spec.name == "listops") {
+    ListOpsOptions o;
+    o.seed = spec.seed;
+    if (spec.train > 0) o.train = spec.train;
+    if (spec.valid > 0) o.valid = spec.valid;
+    if (spec.test > 0) o.test = spec.test;
+    d.splits = generate_listops(o);
+    d.description = fmt::format("listops (generated, seed {}): {}", spec.seed, sizes(d.splits));
+    return d;
+  }
+  if (spec.name == "text") {
+    SpamTextOptions o;
+    o.seed = spec.seed;
+    o.max_bytes = spec.max_len > 0 ? std::min(spec.max_len, d.info.max_len) : d.info.max_len;
+    SpamTextStats stats;
+    d.splits = load_spam_assassin(spec.dir, o, &stats);
+    keep_first(d.splits.train, spec.train);
+    keep_first(d.splits.valid, spec.valid);
+    keep_first(d.splits.test, spec.test);
+    d.description = fmt::format(
+        "text (SpamAssassin bodies <= {} bytes, {} ham + {} spam after deduplication): {}",
+        o.max_bytes, stats.kept[0], stats.kept[1], sizes(d.splits));
+    return d;
+  }
+  if (spec.name == "retrieval") {
+    SotuRetrievalOptions o;
+    o.seed = spec.seed;
+    o.passage_bytes = spec.max_len > 0 ? std::min(spec.max_len, d.info.max_len) : d.info.max_len;
+    if (spec.train > 0) o.train_pairs = spec.train;
+    if (spec.valid > 0) o.valid_pairs = spec.valid;
+    if (spec.test > 0) o.test_pairs = spec.test;
+    SotuRetrievalStats stats;
+    d.splits = make_sotu_retrieval(spec.dir, o, &stats);
+    d.description = fmt::format(
+        "retrieval (State of the Union, {}-byte passages; {} / {} / {} addresses): {} pairs",
+        o.passage_bytes, stats.split[0].files.size(), stats.split[1].files.size(),
+        stats.split[2].files.size(), sizes(d.splits));
+    return d;
+  }
+  if (spec.name == "image") {
+    d.splits = load_fashion_mnist((dir / "fashion-mnist").string(),
+                                  spec.valid > 0 ? spec.valid : 5000);
+    keep_first(d.splits.train, spec.train);
+    keep_first(d.splits.test, spec.test);
+    d.description = "image (Fashion-MNIST): " + sizes(d.splits);
+    return d;
+  }
+  throw std::logic_error("load_task: task '" + spec.name + "' has no loader");
+}
+
+}  // namespace seqmix::data
