@@ -320,3 +320,40 @@ TEST(Cli, DataListOpsWritesLraTsv) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("listops.max_args"), std::string::npos) << r.output;
 }
+
+TEST(Cli, TaskTrainAndEvalReportAccuracy) {
+  const std::string dir = seqmix::testing::temp_dir("cli-task");
+  const std::string small =
+      " --set model.d_model=16 --set model.d_ff=16 --set model.n_layers=1 --max-steps 3 "
+      "--batch-size 4 --set data.train_examples=24 --set data.valid_examples=6 "
+      "--set data.test_examples=5 ";
+  auto r = run("train --task listops --model weird-net-a" + small + "--out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  ASSERT_FALSE(lines.empty()) << r.output;
+  const auto& last = lines.back();
+  EXPECT_EQ(last["task"], "listops");
+  for (const char* k : {"valid_accuracy", "test_accuracy", "train_accuracy"}) {
+    ASSERT_TRUE(last.contains(k)) << last.dump();
+    EXPECT_TRUE(last[k].get<double>() >= 0 && last[k].get<double>() <= 1) << last.dump();
+  }
+  r = run("eval " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto e = json_lines(r.output).back();
+  EXPECT_EQ(e["split"], "test");
+  EXPECT_EQ(e["examples"], 5);
+  EXPECT_DOUBLE_EQ(e["accuracy"].get<double>(), last["test_accuracy"].get<double>());
+  r = run("eval " + dir + "/run --split dev");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--split"), std::string::npos) << r.output;
+  r = run("train --task listop --out " + dir + "/bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("unknown task 'listop'"), std::string::npos) << r.output;
+  r = run("train --task text --model extractor-transformer --size paper --out " + dir + "/bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("cannot run task 'text'"), std::string::npos) << r.output;
+  r = run("train --task image --data-dir " + dir + "/nodata" + small + "--out " + dir + "/bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find(dir + "/nodata/fashion-mnist"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad/checkpoint.pt"));
+}

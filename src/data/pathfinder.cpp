@@ -1,9 +1,12 @@
 #include "seqmix/data/pathfinder.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace seqmix::data {
@@ -11,6 +14,7 @@ namespace seqmix::data {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int32_t kSub = 4;            // supersampling per axis
 constexpr int32_t kMinCoverage = 4;    // of kSub^2 subsamples: a pixel below this is not ink
 constexpr int32_t kBorder = 1;         // ink stays this many pixels inside the image
@@ -91,6 +95,37 @@ void validate_sizes(const PathfinderOptions& o) {
   if (o.test < 0) throw std::invalid_argument("pathfinder: invalid option test (must be >= 0)");
 }
 
+// Widens [l, h] by the x-interval where the row y meets the disc of squared radius rr at c.
+void disc_span(Point c, double y, double rr, double& l, double& h) {
+  const double dy = y - c.y, q = rr - dy * dy;
+  if (q < 0.0) return;
+  const double w = std::sqrt(q);
+  l = std::min(l, c.x - w);
+  h = std::max(h, c.x + w);
+}
+
+// Narrows [l, h] to the X with lo <= alpha X + beta <= hi.
+void clip(double alpha, double beta, double lo, double hi, double& l, double& h) {
+  if (alpha == 0.0) {
+    if (beta < lo || beta > hi) l = kInf, h = -kInf;
+    return;
+  }
+  double x0 = (lo - beta) / alpha, x1 = (hi - beta) / alpha;
+  if (x0 > x1) std::swap(x0, x1);
+  l = std::max(l, x0);
+  h = std::min(h, x1);
+}
+
+// How many of one pixel's kSub subsample columns, at offsets (j + 0.5) / kSub, lie in [l, h].
+int32_t count_in(double l, double h) {
+  if (!(l <= h)) return 0;
+  l = std::clamp(l * kSub - 0.5, -1.0, double{kSub});
+  h = std::clamp(h * kSub - 0.5, -1.0, double{kSub});
+  const auto j0 = std::max<int32_t>(0, static_cast<int32_t>(std::ceil(l)));
+  const auto j1 = std::min<int32_t>(kSub - 1, static_cast<int32_t>(std::floor(h)));
+  return std::max<int32_t>(0, j1 - j0 + 1);
+}
+
 // The image under construction: which path (and which of its dashes) owns each pixel, and
 // the dashes' coverage. Marker discs are reserved at all four target ends (so nothing comes
 // near them) but drawn only where the markers go.
@@ -117,27 +152,42 @@ class Canvas {
   }
 
   // Appends the ink of the capsule a-b of the given radius (a disc when a == b). False when
-  // some ink would fall outside the image interior.
+  // some ink would fall outside the image interior. Each row of subsamples meets the
+  // (convex) capsule in one interval, the union of its two end discs' and its slab's.
   bool raster(Point a, Point b, double radius, bool disc, std::vector<Ink>& out) const {
-    const int32_t r0 = static_cast<int32_t>(std::floor(std::min(a.y, b.y) - radius));
-    const int32_t r1 = static_cast<int32_t>(std::floor(std::max(a.y, b.y) + radius));
-    const int32_t c0 = static_cast<int32_t>(std::floor(std::min(a.x, b.x) - radius));
-    const int32_t c1 = static_cast<int32_t>(std::floor(std::max(a.x, b.x) + radius));
-    const double vy = b.y - a.y, vx = b.x - a.x, vv = vy * vy + vx * vx;
-    const double rr = radius * radius;
+    const double vy = b.y - a.y, vx = b.x - a.x, len2 = vy * vy + vx * vx;
+    const double rr = radius * radius, rl = radius * std::sqrt(len2);
+    const auto r0 = static_cast<int32_t>(std::floor(std::min(a.y, b.y) - radius));
+    const auto r1 = static_cast<int32_t>(std::floor(std::max(a.y, b.y) + radius));
+    std::array<double, kSub> lo{}, hi{};
     for (int32_t r = r0; r <= r1; ++r) {
-      for (int32_t c = c0; c <= c1; ++c) {
-        int32_t covered = 0;
-        for (int32_t i = 0; i < kSub; ++i) {
-          const double py = r + (i + 0.5) / kSub - a.y;
-          for (int32_t j = 0; j < kSub; ++j) {
-            const double px = c + (j + 0.5) / kSub - a.x;
-            double t = vv > 0.0 ? (py * vy + px * vx) / vv : 0.0;
-            t = std::clamp(t, 0.0, 1.0);
-            const double dy = py - t * vy, dx = px - t * vx;
-            if (dy * dy + dx * dx <= rr) ++covered;
+      double row_lo = kInf, row_hi = -kInf;
+      for (int32_t i = 0; i < kSub; ++i) {
+        const double y = r + (i + 0.5) / kSub;
+        double l = kInf, h = -kInf;
+        disc_span(a, y, rr, l, h);
+        disc_span(b, y, rr, l, h);
+        if (len2 > 0.0) {  // 0 <= (p - a).v <= |v|^2 and |v x (p - a)| <= r |v|
+          const double dy = y - a.y;
+          double sl = -kInf, sh = kInf;
+          clip(vx, vy * dy, 0.0, len2, sl, sh);
+          clip(-vy, vx * dy, -rl, rl, sl, sh);
+          if (sl <= sh) {
+            l = std::min(l, a.x + sl);
+            h = std::max(h, a.x + sh);
           }
         }
+        lo[static_cast<size_t>(i)] = l;
+        hi[static_cast<size_t>(i)] = h;
+        row_lo = std::min(row_lo, l);
+        row_hi = std::max(row_hi, h);
+      }
+      if (row_lo > row_hi) continue;
+      const auto c0 = static_cast<int32_t>(std::floor(row_lo));
+      const auto c1 = static_cast<int32_t>(std::floor(row_hi));
+      for (int32_t c = c0; c <= c1; ++c) {
+        int32_t covered = 0;
+        for (size_t i = 0; i < kSub; ++i) covered += count_in(lo[i] - c, hi[i] - c);
         if (covered < kMinCoverage) continue;
         if (r < kBorder || c < kBorder || r >= n_ - kBorder || c >= n_ - kBorder) return false;
         out.push_back({r * n_ + c, covered, disc});
