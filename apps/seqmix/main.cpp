@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -377,7 +378,10 @@ int main(int argc, char** argv) {
       seqmix::train::TrainOptions opts;
       opts.out_dir = out;
       opts.resume = resume;
+      const auto t0 = std::chrono::steady_clock::now();
       const auto r = seqmix::train::train(config, opts);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!config.data.task.empty()) {
         fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
                                           {"task", config.data.task},
@@ -387,6 +391,8 @@ int main(int argc, char** argv) {
                                           {"test_accuracy", r.test_accuracy},
                                           {"test_loss", r.test_loss},
                                           {"train_accuracy", r.train_accuracy},
+                                          {"parameters", config.model.num_parameters()},
+                                          {"seconds", wall},
                                           {"out", out}}
                                .dump());
         return 0;

