@@ -15,15 +15,15 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int32_t kSub = 4;            // supersampling per axis
-constexpr int32_t kMinCoverage = 4;    // of kSub^2 subsamples: a pixel below this is not ink
-constexpr int32_t kBorder = 1;         // ink stays this many pixels inside the image
-constexpr int32_t kTurnTries = 8;      // turns drawn by rejection before enumerating a fan
-constexpr int32_t kFan = 32;           // evenly spaced turns tried when rejection fails
-constexpr int32_t kSeedTries = 16;     // placements of the second target origin
+constexpr int32_t kSub = 4;               // supersampling per axis
+constexpr int32_t kMinCoverage = 4;       // of kSub^2 subsamples: a pixel below this is not ink
+constexpr int32_t kBorder = 1;            // ink stays this many pixels inside the image
+constexpr int32_t kTurnTries = 4;         // turns drawn by rejection before enumerating a fan
+constexpr size_t kFan = 16;               // evenly spaced turns tried when rejection fails
+constexpr int32_t kSeedTries = 16;        // placements of the second target origin
 constexpr int32_t kDistractorTries = 16;  // placements of one distractor before dropping it
-constexpr int32_t kBacktrack = 2;         // dashes removed from a target path at a dead end
-constexpr int32_t kBacktracks = 64;       // dead ends allowed before the example restarts
+constexpr int32_t kBacktrack = 3;         // dashes removed from a target path at a dead end
+constexpr int32_t kBacktracks = 8;        // dead ends allowed before the example restarts
 constexpr int32_t kMaxRestarts = 10000;   // fresh starts of one example's target paths
 
 // splitmix64's output function (Steele et al. 2014): a bijective 64-bit mixer.
@@ -196,8 +196,16 @@ class Canvas {
     return true;
   }
 
+  // Whether the capsule a-b of the given radius lies in [kBorder, n - kBorder] (then all
+  // its ink lies in the interior; checked before rasterizing, which is the costly part).
+  bool inside(Point a, Point b, double radius) const {
+    const double lo = kBorder + radius, hi = n_ - kBorder - radius;
+    return std::min(a.y, b.y) >= lo && std::min(a.x, b.x) >= lo && std::max(a.y, b.y) <= hi &&
+           std::max(a.x, b.x) <= hi;
+  }
+
   bool raster_dash(Point a, Point b, std::vector<Ink>& out) const {
-    return raster(a, b, radius_, false, out);
+    return inside(a, b, radius_) && raster(a, b, radius_, false, out);
   }
 
   // Whether `ink`, as dash `dash` of path `path`, keeps the clearance from every other path
@@ -259,7 +267,7 @@ class Painter {
   struct Dash {
     std::vector<Ink> ink;  // with the marker discs the dash reserves
     double angle;
-    Point tip;  // b_k
+    Point from, tip;  // a_k, b_k
   };
 
   struct Path {
@@ -281,29 +289,38 @@ class Painter {
     if (p.target && p.length == 1 && !reserve_disc(b)) return false;
     if (!canvas_.fits(ink_, p.id, 0)) return false;
     p.origin = origin;
-    push(p, angle, b);
+    push(p, angle, origin, b);
     return true;
   }
 
   // One more dash. The turn is drawn from its density restricted to the turns whose dash
   // fits (as snakes2 samples only free directions): by rejection for kTurnTries draws, then
-  // by weight among a fan of kFan evenly spaced turns, keeping those that fit.
+  // among a fan of kFan evenly spaced turns, drawn by weight without replacement until one
+  // fits (the same distribution as drawing by weight among the fitting ones).
   bool extend(Path& p) {
     for (int32_t t = 0; t < kTurnTries; ++t)
       if (try_dash(p, turn(), true)) return true;
-    fan_weight_.clear();
     double sum = 0.0;
-    for (int32_t i = 0; i < kFan; ++i) {
-      const double u = 2.0 * (i + 0.5) / kFan - 1.0;
-      const double w = std::cos(0.5 * kPi * u);
-      if (try_dash(p, u * o_.max_turn, false)) sum += w * w;
-      fan_weight_.push_back(sum);
+    for (size_t i = 0; i < kFan; ++i) {
+      const double w = std::cos(0.5 * kPi * fan_turn(i));
+      fan_weight_[i] = w * w;
+      sum += w * w;
     }
-    if (sum <= 0.0) return false;
-    const double pick = rng_.uniform() * sum;
-    int32_t i = 0;
-    while (i + 1 < kFan && fan_weight_[static_cast<size_t>(i)] <= pick) ++i;
-    return try_dash(p, (2.0 * (i + 0.5) / kFan - 1.0) * o_.max_turn, true);
+    for (size_t left = 0; left < kFan; ++left) {
+      double pick = rng_.uniform() * sum;
+      size_t chosen = kFan;
+      for (size_t i = 0; i < kFan; ++i) {
+        if (fan_weight_[i] == 0.0) continue;
+        chosen = i;
+        if (pick < fan_weight_[i]) break;
+        pick -= fan_weight_[i];
+      }
+      if (chosen == kFan) return false;
+      if (try_dash(p, fan_turn(chosen) * o_.max_turn, true)) return true;
+      sum -= fan_weight_[chosen];
+      fan_weight_[chosen] = 0.0;
+    }
+    return false;
   }
 
   // Removes all but the first `keep` dashes of `p`.
@@ -324,26 +341,34 @@ class Painter {
   // draws it. Returns whether it fits.
   bool try_dash(Path& p, double turn, bool commit) {
     const Dash& last = p.dashes.back();
-    const double half_gap = 0.5 * o_.paddle_gap;
-    const Point pivot = along(last.tip, last.angle, half_gap);
-    const double angle = last.angle + turn;
-    const Point a = along(pivot, angle, half_gap);
-    const Point b = along(a, angle, o_.paddle_length);
+    const double half_gap = 0.5 * o_.paddle_gap, angle = last.angle + turn;
+    const double last_dy = last.tip.y - last.from.y, last_dx = last.tip.x - last.from.x;
+    const double dy = std::sin(angle), dx = std::cos(angle);
+    const double step = half_gap / o_.paddle_length;  // last dash's direction times half_gap
+    const Point a{last.tip.y + step * last_dy + half_gap * dy,
+                  last.tip.x + step * last_dx + half_gap * dx};
+    const Point b{a.y + o_.paddle_length * dy, a.x + o_.paddle_length * dx};
     const auto k = static_cast<int32_t>(p.dashes.size());
     ink_.clear();
     if (!canvas_.raster_dash(a, b, ink_)) return false;
     if (p.target && k + 1 == p.length && !reserve_disc(b)) return false;
     if (!canvas_.fits(ink_, p.id, k)) return false;
-    if (commit) push(p, angle, b);
+    if (commit) push(p, angle, a, b);
     return true;
   }
 
-  void push(Path& p, double angle, Point tip) {
+  void push(Path& p, double angle, Point from, Point tip) {
     canvas_.commit(ink_, p.id, static_cast<int32_t>(p.dashes.size()));
-    p.dashes.push_back({ink_, angle, tip});
+    p.dashes.push_back({ink_, angle, from, tip});
   }
 
-  bool reserve_disc(Point c) { return canvas_.raster(c, c, o_.marker_radius, true, ink_); }
+  // The i-th turn of the fan, as a fraction of max_turn in (-1, 1).
+  static double fan_turn(size_t i) { return 2.0 * (static_cast<double>(i) + 0.5) / kFan - 1.0; }
+
+  bool reserve_disc(Point c) {
+    return canvas_.inside(c, c, o_.marker_radius) &&
+           canvas_.raster(c, c, o_.marker_radius, true, ink_);
+  }
 
   // A turn with density proportional to cos^2(pi/2 * d / max_turn) on (-max_turn, max_turn).
   double turn() {
@@ -358,12 +383,10 @@ class Painter {
   Rng& rng_;
   Canvas canvas_;
   std::vector<Ink> ink_;
-  std::vector<double> fan_weight_;
+  std::array<double, kFan> fan_weight_{};
 };
 
-uint8_t to_byte(double v) {
-  return static_cast<uint8_t>(std::clamp(std::lround(v), 1L, 255L));
-}
+uint8_t to_byte(double v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 1L, 255L)); }
 
 }  // namespace
 
@@ -379,12 +402,12 @@ PathfinderOptions pathfinder_options(int32_t resolution) {
   if (resolution < 96) {  // LRA Pathfinder-32
     const double s = resolution / 32.0;
     o.paddle_length = scaled(2, s);
-    o.paddle_gap = scaled(2, s);
-    o.paddle_thickness = std::max(1.0, s);
+    o.paddle_gap = scaled(2, s);  // 2 x margin 1
+    o.paddle_thickness = std::max(0.5, 0.5 * s);
     o.max_turn = kPi / 2.0;  // continuity 1.0
     o.seed_distance = scaled(7, s);
-    o.marker_radius = 1.5 * s;
-    o.clearance = o.paddle_gap + 0.8 * s;
+    o.marker_radius = std::max(1.0, 1.5 * s);
+    o.clearance = o.paddle_gap + 0.8 * std::max(1.0, s);
     o.n_distractors = 5;  // 20 // (14 // 3)
     o.contrast = 1.5;     // snake contrast 2 x paddle contrast 0.75
   } else {                // LRA Path-X (128)
@@ -395,7 +418,7 @@ PathfinderOptions pathfinder_options(int32_t resolution) {
     o.max_turn = kPi / (2.0 * 1.8);  // continuity 1.8
     o.seed_distance = scaled(20, s);
     o.marker_radius = 3.0 * s;
-    o.clearance = o.paddle_gap + 1.0 * s;
+    o.clearance = o.paddle_gap + std::max(1.0, s);
     o.n_distractors = 8;  // 35 / (14 / 3) in Python 2
     o.contrast = 0.9;
   }
@@ -436,8 +459,8 @@ PathfinderImage render_pathfinder_example(const PathfinderOptions& options, uint
       ok = painter.start(targets[1], second, painter.uniform_angle());
     }
     for (int32_t backtracks = 0; ok && !(targets[0].complete() && targets[1].complete());) {
-      Painter::Path& p = targets[0].dashes.size() <= targets[1].dashes.size() ? targets[0]
-                                                                             : targets[1];
+      Painter::Path& p =
+          targets[0].dashes.size() <= targets[1].dashes.size() ? targets[0] : targets[1];
       if (painter.extend(p)) continue;
       const auto size = static_cast<int32_t>(p.dashes.size());
       if (++backtracks > kBacktracks || size < 2) {

@@ -8,7 +8,7 @@
 
 #include "seqmix/data/fashion_mnist.h"
 #include "seqmix/data/listops.h"
-// PENDING #include "seqmix/data/pathfinder.h"
+#include "seqmix/data/pathfinder.h"
 #include "seqmix/data/text_tasks.h"
 
 namespace seqmix::data {
@@ -22,9 +22,9 @@ const std::vector<TaskInfo>& task_infos() {
        "State of the Union: are two passages by the same president? bytes, two towers"},
       {"image", fashion_mnist::kVocabSize, fashion_mnist::kClasses, fashion_mnist::kPixels, false,
        "Fashion-MNIST: 784 pixel intensities, 10 classes"},
-      {"pathfinder", 256, 2, 32 * 32, false,
+      {"pathfinder", pathfinder::kVocabSize, pathfinder::kClasses, 32 * 32, false,
        "Pathfinder 32x32: are the two dots on one dashed path?"},
-      {"pathx", 256, 2, 128 * 128, false,
+      {"pathx", pathfinder::kVocabSize, pathfinder::kClasses, 128 * 128, false,
        "Path-X 128x128: Pathfinder at 16384 pixels"},
   };
   return tasks;
@@ -105,6 +105,25 @@ TaskData load_task(const TaskSpec& spec) {
     keep_first(d.splits.train, spec.train);
     keep_first(d.splits.test, spec.test);
     d.description = "image (Fashion-MNIST): " + sizes(d.splits);
+    return d;
+  }
+  if (spec.name == "pathfinder" || spec.name == "pathx") {
+    const int32_t side = spec.name == "pathx" ? 128 : 32;
+    PathfinderOptions o = pathfinder_options(side);
+    o.seed = spec.seed;
+    // Path-X images are 16x larger; the default split sizes are what a CPU run uses.
+    if (side == 128) {
+      o.train = 5000;
+      o.valid = 500;
+      o.test = 1000;
+    }
+    if (spec.train > 0) o.train = spec.train;
+    if (spec.valid > 0) o.valid = spec.valid;
+    if (spec.test > 0) o.test = spec.test;
+    d.splits = generate_pathfinder(o);
+    d.description = fmt::format("{} ({}x{}, generated, seed {}, {} dashes per path): {}",
+                                spec.name, side, side, spec.seed, o.contour_length,
+                                sizes(d.splits));
     return d;
   }
   throw std::logic_error("load_task: task '" + spec.name + "' has no loader");

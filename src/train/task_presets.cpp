@@ -64,7 +64,7 @@ CpuShape cpu_shape(const std::string& task) {
 // Default training-split sizes (data/tasks.cpp and the loaders), for epoch-based rows.
 int64_t default_train_examples(const std::string& task) {
   if (task == "image") return 55000;
-  if (task == "pathfinder" || task == "pathx") return 160000;  // LRA's 80% of 200K
+  if (task == "pathfinder" || task == "pathx") return 160000;  // LRA's 80% of 200K images
   return 0;
 }
 
@@ -124,6 +124,12 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     t.weight_decay = r.weight_decay;
   }
   t.warmup_steps = t.max_steps / 10;
+  if (size == "paper" && (task == "pathfinder" || task == "pathx")) {
+    // LRA's split of its 200K images (the generators' CPU defaults are smaller).
+    c.data.train_examples = 160000;
+    c.data.valid_examples = 20000;
+    c.data.test_examples = 20000;
+  }
   // The Extractor stores max_len matrices of D x D per layer; past ~100M parameters in all
   // it is not a model this machine can train (nor one the Extractor paper proposes).
   const int64_t lag_params = m.max_len * m.d_model * m.d_model * m.n_layers;
