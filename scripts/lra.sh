@@ -53,6 +53,14 @@ for task in $TASKS; do
     cmd=("$SEQMIX" train --task "$task" --model "$preset" --size "$SIZE" "${sets[@]}" --out "$run")
     # shellcheck disable=SC2206
     cmd+=($EXTRA)
+    # Softmax attention over Path-X's 16384 positions stores B x heads x 16384^2 scores per
+    # layer (with its gradient ~26 GB at the CPU size): more than this machine has. LRA
+    # reports these cells as FAIL; so does the table.
+    if [ "$task" = pathx ] && "${cmd[@]}" --dump-config | grep -q "^mixers = .*attention"; then
+      mkdir -p "$run"
+      echo "softmax attention over 16384 positions does not fit in memory" | tee "$run/skipped"
+      continue
+    fi
     echo "lra: ${cmd[*]}"
     mkdir -p "$run"
     if "${cmd[@]}" >"$run/stdout.json" 2>"$run/stderr.log"; then
@@ -82,6 +90,8 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"';
         awk -v te="$(field "$r" test_accuracy)" -v tr="$(field "$r" train_accuracy)" \
           -v s="$(field "$r" seconds)" -v p="$(field "$r" parameters)" \
           'BEGIN { printf " %.2f (%.2f) %.0f min %.2fM |", 100 * te, 100 * tr, s / 60, p / 1e6 }'
+      elif [ -f "$OUT/$task/$name/skipped" ]; then
+        printf ' FAIL (memory) |'
       else
         printf ' - |'
       fi
