@@ -357,3 +357,22 @@ TEST(Cli, TaskTrainAndEvalReportAccuracy) {
   EXPECT_NE(r.output.find(dir + "/nodata/fashion-mnist"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/bad/checkpoint.pt"));
 }
+
+TEST(Cli, DataPathfinderWritesImages) {
+  const std::string dir = seqmix::testing::temp_dir("cli-pathfinder");
+  auto r = run("data pathfinder --out " + dir + " --count 3 --resolution 32 --seed 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream pgm(dir + "/example_0_1.pgm", std::ios::binary);
+  std::string magic, dims;
+  pgm >> magic;
+  EXPECT_EQ(magic, "P5");
+  std::ifstream labels(dir + "/labels.tsv");
+  std::string line;
+  int rows = 0;
+  while (std::getline(labels, line)) ++rows;
+  EXPECT_EQ(rows, 4);  // header + 3
+  EXPECT_TRUE(std::filesystem::exists(dir + "/example_1_0.pgm"));
+  r = run("data pathfinder --out " + dir + " --resolution 8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("resolution"), std::string::npos) << r.output;
+}

@@ -14,6 +14,7 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
+#include "seqmix/data/pathfinder.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/classify.h"
@@ -222,6 +223,20 @@ int main(int argc, char** argv) {
   listops_cmd->add_option("--max-depth", listops_opts.max_depth, "tree depth (LRA: 10)");
   listops_cmd->add_option("--max-args", listops_opts.max_args, "arguments per operator (LRA: 10)");
 
+  std::string pf_out;
+  int32_t pf_resolution = 32;
+  int64_t pf_count = 16;
+  uint64_t pf_seed = 0;
+  auto* pf_cmd = data_cmd->add_subcommand(
+      "pathfinder",
+      "example Pathfinder / Path-X images to look at: example_<i>_<label>.pgm (binary PGM) and "
+      "labels.tsv (file, label, marker centres) into --out");
+  pf_cmd->add_option("--out", pf_out, "output folder")->required();
+  pf_cmd->add_option("--resolution", pf_resolution, "image side: 32 (Pathfinder), 128 (Path-X)");
+  pf_cmd->add_option("--count", pf_count, "images (labels alternate 1, 0, 1, ...)")
+      ->check(CLI::PositiveNumber);
+  pf_cmd->add_option("--seed", pf_seed, "random seed");
+
   ConfigFlags cmp_flags;
   seqmix::train::CompareOptions cmp_opts;
   std::vector<std::string> cmp_models;
@@ -287,6 +302,28 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", nlohmann::json{{"split", name}, {"path", path}, {"sequences", rows->size()}}
                                .dump());
       }
+      return 0;
+    }
+
+    if (pf_cmd->parsed()) {
+      const auto o = seqmix::data::pathfinder_options(pf_resolution);
+      std::filesystem::create_directories(pf_out);
+      std::string tsv = "file\tlabel\tmarker_a_row\tmarker_a_col\tmarker_b_row\tmarker_b_col\n";
+      for (int64_t i = 0; i < pf_count; ++i) {
+        const int32_t label = i % 2 == 0 ? 1 : 0;
+        const auto img = seqmix::data::render_pathfinder_example(
+            o, pf_seed * 1000003ULL + static_cast<uint64_t>(i), label);
+        const std::string name = fmt::format("example_{}_{}.pgm", i, label);
+        seqmix::util::write_file_atomic((std::filesystem::path(pf_out) / name).string(),
+                                        seqmix::data::pathfinder_to_pgm(img));
+        tsv += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", name, label, img.marker_a[0],
+                           img.marker_a[1], img.marker_b[0], img.marker_b[1]);
+      }
+      const std::string path = (std::filesystem::path(pf_out) / "labels.tsv").string();
+      seqmix::util::write_file_atomic(path, tsv);
+      fmt::print("{}\n", nlohmann::json{{"path", path}, {"images", pf_count},
+                                        {"resolution", pf_resolution}}
+                             .dump());
       return 0;
     }
 
