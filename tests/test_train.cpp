@@ -2,7 +2,9 @@
 // stopped after a checkpoint and resumed reproduces the uninterrupted run exactly.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tokenizer.h"
@@ -172,3 +174,79 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
 }
 
 }  // namespace
+
+TEST(Train, SameSeedAndThreadsGiveBitIdenticalLosses) {
+  // Over 100 steps, with 1 and with 2 threads: every kernel assigns each output (and each
+  // partial sum of a parameter gradient) to a fixed thread and combines them in a fixed order.
+  const std::string dir = seqmix::testing::temp_dir("train-determinism");
+  const std::string corpus = make_corpus(dir);
+  for (int64_t threads : {1, 2}) {
+    for (const char* family : {"weird-net", "etsmlp-lm"}) {
+      auto c = tiny_config(family, corpus);
+      c.train.max_steps = 100;
+      c.train.threads = threads;
+      std::vector<double> losses[2];
+      for (int k = 0; k < 2; ++k) {
+        train::TrainOptions o;
+        o.out_dir = dir + "/" + family + std::to_string(threads) + "-" + std::to_string(k);
+        train::train(c, o);
+        for (const auto& l : train::read_metrics(o.out_dir + "/metrics.jsonl"))
+          if (l["split"] == "train") losses[k].push_back(l["loss"].get<double>());
+      }
+      ASSERT_EQ(losses[0].size(), 100u);
+      EXPECT_EQ(losses[0], losses[1]) << family << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(Train, NonFiniteGradientStopsAndKeepsTheLastCheckpoint) {
+  const std::string dir = seqmix::testing::temp_dir("train-nonfinite");
+  const std::string corpus = make_corpus(dir);
+  auto c = tiny_config("weird-net", corpus);
+  c.train.max_steps = 20;
+  c.train.checkpoint_interval = 5;
+  // Plant a NaN in one gradient at step 8 (the first parameter in order stays finite).
+  std::string victim;
+  auto plant = [&](int64_t step, models::SequenceModel& m) {
+    if (step != 8) return;
+    for (const auto& p : m->named_parameters())
+      if (p.key().find("blocks.1.") == 0 && p.value().grad().defined()) {
+        victim = p.key();
+        p.value().mutable_grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+        return;
+      }
+  };
+  train::TrainOptions o;
+  o.out_dir = dir + "/stop";
+  o.after_backward = plant;
+  try {
+    train::train(c, o);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("step 8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + victim + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(step 5) is intact"), std::string::npos) << msg;
+  }
+  // The checkpoint on disk is the one from step 5, and it loads.
+  models::SequenceModel m(c.model);
+  EXPECT_EQ(train::load_checkpoint(o.out_dir + "/checkpoint.pt", m, nullptr), 5);
+
+  // train.nonfinite = skip: the step is skipped, training finishes with finite weights.
+  c.train.nonfinite = "skip";
+  train::TrainOptions s;
+  s.out_dir = dir + "/skip";
+  s.after_backward = plant;
+  const auto r = train::train(c, s);
+  EXPECT_EQ(r.steps, 20);
+  EXPECT_EQ(r.skipped_steps, 1);
+  EXPECT_TRUE(std::isfinite(r.eval_bpc));
+  int events = 0;
+  for (const auto& l : train::read_metrics(s.out_dir + "/metrics.jsonl"))
+    if (l.value("event", "") == "skipped_step") {
+      ++events;
+      EXPECT_EQ(l["step"], 8);
+      EXPECT_NE(l["reason"].get<std::string>().find(victim), std::string::npos);
+    }
+  EXPECT_EQ(events, 1);
+}

@@ -79,7 +79,8 @@ toml::table to_table(const RunConfig& c) {
                     {"checkpoint_interval", t.checkpoint_interval},
                     {"log_interval", t.log_interval},
                     {"seed", t.seed},
-                    {"threads", t.threads}};
+                    {"threads", t.threads},
+                    {"nonfinite", t.nonfinite}};
   return toml::table{{"model", model}, {"data", data}, {"train", train}};
 }
 
@@ -234,6 +235,7 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   r.log_interval = get<int64_t>(t, "train", "log_interval", origin);
   r.seed = get<int64_t>(t, "train", "seed", origin);
   r.threads = get<int64_t>(t, "train", "threads", origin);
+  r.nonfinite = get_or<std::string>(t, "train", "nonfinite", "stop", origin);
   return c;
 }
 
@@ -302,6 +304,8 @@ void RunConfig::validate() const {
   if (t.log_interval < 1) fail("log_interval", "must be >= 1");
   if (t.seed < 0) fail("seed", "must be >= 0");
   if (t.threads < 0) fail("threads", "must be >= 0");
+  if (t.nonfinite != "stop" && t.nonfinite != "skip")
+    fail("nonfinite", "must be stop or skip, got '" + t.nonfinite + "'");
   if (data.eval_split != "valid" && data.eval_split != "test")
     throw std::invalid_argument("data.eval_split: must be valid or test, got '" + data.eval_split +
                                 "'");

@@ -184,6 +184,18 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
   return o;
 }
 
+// Empty if the step's loss and every gradient are finite; otherwise what is not, naming the
+// first parameter (in registration order) whose gradient has a NaN or an infinity.
+std::string nonfinite(double loss, models::SequenceModel& model) {
+  if (!std::isfinite(loss)) return fmt::format("the training loss is {}", loss);
+  for (const auto& p : model->named_parameters()) {
+    const at::Tensor& g = p.value().grad();
+    if (g.defined() && !at::isfinite(g).all().item<bool>())
+      return fmt::format("the gradient of parameter '{}' is not finite", p.key());
+  }
+  return {};
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& requested, const TrainOptions& options) {
@@ -204,6 +216,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     allowed.train.checkpoint_interval = requested.train.checkpoint_interval;
     allowed.train.log_interval = requested.train.log_interval;
     allowed.train.threads = requested.train.threads;
+    allowed.train.nonfinite = requested.train.nonfinite;
     allowed.data.dir = requested.data.dir;
     const auto diff = requested.diff(allowed);
     if (!diff.empty())
@@ -283,8 +296,10 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
                   objective.description, objective.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
   (void)B;
+  int64_t last_checkpoint = start;
   auto checkpoint = [&](int64_t step) {
     save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer);
+    last_checkpoint = step;
   };
 
   model->train();
@@ -298,17 +313,40 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     optimizer->zero_grad();
     const StepLoss sl = objective.step(step);
     sl.loss.backward();
+    if (options.after_backward) options.after_backward(step + 1, model);
+    const double l = sl.loss.item<double>();
+    const int64_t done = step + 1;
+    // Checked before clipping, which would spread one bad gradient over all of them.
+    if (const std::string bad = nonfinite(l, model); !bad.empty()) {
+      if (t.nonfinite == "skip") {
+        optimizer->zero_grad();
+        metrics->write({{"step", done}, {"event", "skipped_step"}, {"reason", bad}});
+        say(fmt::format("step {}: {}; step skipped (train.nonfinite = skip)", done, bad));
+        ++result.skipped_steps;
+        if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) ||
+            done == t.max_steps)
+          checkpoint(done);
+        continue;
+      }
+      progress->finish();
+      throw std::runtime_error(fmt::format(
+          "step {}: {}; training stopped. {} (set train.nonfinite=skip to skip such steps "
+          "instead, or lower train.lr)",
+          done, bad,
+          last_checkpoint > 0
+              ? fmt::format("The last good checkpoint '{}' (step {}) is intact",
+                            ckpt_path.string(), last_checkpoint)
+              : std::string("No checkpoint had been written yet")));
+    }
     double grad_norm = 0;
     if (t.grad_clip > 0)
       grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
     optimizer->step();
-    const double l = sl.loss.item<double>();
     loss_sum += l;
     ++loss_n;
     correct_sum += sl.correct;
     count_sum += sl.count;
-    const int64_t done = step + 1;
-    if (done % t.log_interval == 0 || done == t.max_steps) {
+    if ((done % t.log_interval == 0 || done == t.max_steps) && loss_n > 0) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_log).count();
       t_log = now;

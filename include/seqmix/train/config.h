@@ -47,6 +47,9 @@ struct TrainConfig {
   int64_t log_interval = 10;          ///< steps between training metrics lines
   int64_t seed = 1337;                ///< model init, batch order, sampling
   int64_t threads = 0;                ///< intra-op threads (0 = all hardware threads)
+  /// A non-finite loss or gradient: "stop" (an error naming the step and the parameter) or
+  /// "skip" (no update for that step; training goes on).
+  std::string nonfinite = "stop";
 };
 
 struct RunConfig {

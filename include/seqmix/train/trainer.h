@@ -8,8 +8,10 @@
 /// Run folder layout: config.toml (resolved configuration), metrics.jsonl, checkpoint.pt, and
 /// tokenizer.model for SentencePiece runs.
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "seqmix/models/sequence_model.h"
 #include "seqmix/train/config.h"
 
 namespace seqmix::train {
@@ -22,6 +24,9 @@ struct TrainOptions {
   /// Testing aid: return right after the checkpoint written at this step, as if the process
   /// had been killed there (-1 = never).
   int64_t halt_after_step = -1;
+  /// Testing aid: called after each backward pass with the step number (1-based) and the
+  /// model, e.g. to plant a NaN gradient.
+  std::function<void(int64_t step, models::SequenceModel& model)> after_backward;
 };
 
 struct TrainResult {
@@ -37,6 +42,7 @@ struct TrainResult {
   double test_loss = 0;       ///< test split, nats per example
   double train_accuracy = 0;  ///< the first |test| training examples, in eval mode
   bool halted = false;          ///< stopped by halt_after_step
+  int64_t skipped_steps = 0;    ///< steps skipped for a non-finite loss or gradient
 };
 
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
@@ -47,6 +53,10 @@ int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
 
 /// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
 /// used, with `config`'s training section (max_steps, intervals, threads) taking over.
+/// A step whose loss or any gradient is NaN or infinite stops training (train.nonfinite =
+/// "stop": std::runtime_error naming the step and the first such parameter; no checkpoint
+/// is written after the last good one) or is skipped without an update ("skip": a metrics
+/// line {"event": "skipped_step", "reason": ...}).
 /// @throws std::runtime_error with a message naming the file/key at fault (data missing,
 ///         incompatible checkpoint, unwritable run folder, ...).
 TrainResult train(const RunConfig& config, const TrainOptions& options);
