@@ -376,3 +376,36 @@ TEST(Cli, DataPathfinderWritesImages) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("resolution"), std::string::npos) << r.output;
 }
+
+TEST(Cli, FullDiskDuringCheckpointKeepsThePreviousOne) {
+  const std::string dir = seqmix::testing::temp_dir("cli-fulldisk");
+  const std::string data = corpus(dir);
+  const std::string args = "train --model weird-net --size tiny --max-len 32 --batch-size 4 "
+                           "--threads 1 --set train.checkpoint_interval=5 --data " + data +
+                           " --out " + dir + "/run";
+  ASSERT_EQ(run(args + " --max-steps 5").code, 0);
+  const auto size = std::filesystem::file_size(dir + "/run/checkpoint.pt");
+  // A file-size limit below the checkpoint's size: the next checkpoint cannot be written,
+  // as on a full disk.
+  const std::string bin = std::getenv("SEQMIX_BIN") ? std::getenv("SEQMIX_BIN") : "seqmix";
+  const std::string limited = "bash -c 'ulimit -f " + std::to_string(size / 2048) + "; " + bin +
+                              " " + args + " --resume --max-steps 10' 2>&1";
+  FILE* p = popen(limited.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("cannot write '" + dir + "/run/checkpoint.pt.tmp': File too large"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("the previous checkpoint, if any, is intact"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/checkpoint.pt.tmp"));
+  // The step-5 checkpoint is untouched and still resumes to the end.
+  EXPECT_EQ(std::filesystem::file_size(dir + "/run/checkpoint.pt"), size);
+  auto r = run(args + " --resume --max-steps 10");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming at step 5"), std::string::npos) << r.output;
+}

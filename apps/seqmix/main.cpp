@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <chrono>
 #include <filesystem>
@@ -139,6 +140,9 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 
 int main(int argc, char** argv) {
   seqmix::util::retain_freed_memory();
+  // Past a file-size limit (ulimit -f) a write should fail like one on a full disk, with an
+  // error the checkpoint code reports, not kill the process mid-file.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "seqmix: sub-quadratic sequence models (AIB/Weird attention, the Extractor, Transformer) -- "
       "train, evaluate, compare, generate, benchmark"};

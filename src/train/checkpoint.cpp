@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "seqmix/util/files.h"
+
 namespace seqmix::train {
 
 namespace fs = std::filesystem;
@@ -60,21 +62,24 @@ void save_checkpoint(const std::string& path, models::SequenceModel& model,
     ar.write("optimizer", opt_ar);
     ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
   }
-  const std::string tmp = path + ".tmp";
+  // Serialized in memory first: LibTorch's file writer throws again from its destructor
+  // when a write fails (a full disk), which ends the process instead of reporting it.
+  std::string bytes;
+  try {
+    ar.save_to([&bytes](const void* data, size_t n) {
+      bytes.append(static_cast<const char*>(data), n);
+      return n;
+    });
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("cannot serialize checkpoint '" + path +
+                             "': " + first_line(e.what_without_backtrace()));
+  }
   try {
     const fs::path dir = fs::path(path).parent_path();
     if (!dir.empty()) fs::create_directories(dir);
-    ar.save_to(tmp);
+    util::write_file_atomic(path, bytes);
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write checkpoint '" + tmp + "': " + first_line(e.what()) +
-                             " (the previous checkpoint, if any, is intact)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message() +
+    throw std::runtime_error("cannot write checkpoint: " + first_line(e.what()) +
                              " (the previous checkpoint, if any, is intact)");
   }
 }

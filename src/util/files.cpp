@@ -1,6 +1,11 @@
 #include "seqmix/util/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,21 +24,35 @@ std::string read_file(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write '" + tmp + "'");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
+  auto fail = [&](const std::string& what, int err) {
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+    throw std::runtime_error(what + ": " + std::strerror(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(err));
   }
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      fail("cannot write '" + tmp + "'", err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  // On disk before the rename makes it the file: a crash then leaves the old file or the
+  // whole new one, never a torn one.
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("cannot write '" + tmp + "'", err);
+  }
+  if (::close(fd) != 0) fail("cannot write '" + tmp + "'", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail("cannot rename '" + tmp + "' to '" + path + "'", errno);
 }
 
 }  // namespace seqmix::util
