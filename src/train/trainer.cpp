@@ -288,14 +288,12 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     util::write_file_atomic(metrics_path.string(), kept);
   }
   metrics = std::make_unique<MetricsWriter>(metrics_path.string(), options.resume);
-  const int64_t B = t.batch_size;
 
   progress = std::make_unique<util::Progress>("train", t.max_steps, start);
   say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
                   objective.description, objective.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
-  (void)B;
   int64_t last_checkpoint = start;
   auto checkpoint = [&](int64_t step) {
     save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer);
