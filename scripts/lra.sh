@@ -42,8 +42,9 @@ for task in $TASKS; do
     preset=${spec%%,*}
     sets=()
     if [ "$spec" != "$preset" ]; then
-      IFS=',' read -ra kv <<<"${spec#*,}"
-      for x in "${kv[@]}"; do sets+=(--set "$x"); done
+      # Split at the commas that start a new key (values such as ['aib','attention'] keep theirs).
+      while IFS= read -r x; do sets+=(--set "$x"); done \
+        < <(sed -E 's/,([a-z_]+\.[a-z_]+=)/\n\1/g' <<<"${spec#*,}")
     fi
     run="$OUT/$task/$name"
     if [ -f "$run/result.json" ]; then
