@@ -23,7 +23,8 @@ cmake --build build-fuzz --parallel "$(nproc)" --target "${targets[@]}"
 
 # Seeds: real inputs of each kind, made or copied once.
 seeds=build-fuzz/seeds
-if [ ! -d "$seeds" ]; then
+if [ ! -f "$seeds/.complete" ]; then
+  rm -rf "$seeds"
   mkdir -p "$seeds"/{fuzz_config,fuzz_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
   ./build/seqmix train --dump-config >"$seeds/fuzz_config/default.toml"
   ./build/seqmix train --task retrieval --model etsmlp --dump-config >"$seeds/fuzz_config/task.toml"
@@ -38,10 +39,11 @@ if [ ! -d "$seeds" ]; then
   printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..300} >"$seeds/corpus.txt"
   ./build/seqmix train --model weird-net --size tiny --max-len 16 --set model.d_model=16 \
     --set model.d_ff=16 --set model.n_layers=1 --max-steps 1 --data "$seeds/corpus.txt" \
-    --out "$seeds/run" >/dev/null 2>&1
+    --out "$seeds/run" >/dev/null
   cp "$seeds/run/checkpoint.pt" "$seeds/fuzz_checkpoint/tiny.pt"
   ./build/seqmix tokenizer train --data "$seeds/corpus.txt" --vocab-size 300 \
     --out "$seeds/fuzz_tokenizer/bpe300.model" >/dev/null
+  touch "$seeds/.complete"
 fi
 
 status=0

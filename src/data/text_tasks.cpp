@@ -338,6 +338,11 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
     a.text = take_string(j, "text", f, true);
     a.name = take_string(j, "name", f, true);
     a.year = take_integer(j, "year", f);
+    // Years enter differences (the negatives' era window); anything outside the addresses'
+    // plausible range is a corrupt file, not a date.
+    if (a.year < 1700 || a.year > 2200)
+      throw std::runtime_error(quoted(f) + ": key \"year\" must be a year between 1700 and "
+                               "2200, got " + std::to_string(a.year));
     a.file = f.filename().string();
     addr.push_back(std::move(a));
   }

@@ -335,6 +335,12 @@ void RunConfig::validate() const {
       throw std::invalid_argument("data.train_examples / valid_examples / test_examples: must be "
                                   ">= 0 (0: the task's default)");
     if (data.task_seed < 0) throw std::invalid_argument("data.task_seed: must be >= 0");
+    // BatchNorm's batch statistics would count the padding of variable-length examples.
+    if (model.norm_type == "batch" &&
+        (data.task == "listops" || data.task == "text" || data.task == "retrieval"))
+      throw std::invalid_argument("model.norm_type: 'batch' would fold padding into the batch "
+                                  "statistics of task '" + data.task +
+                                  "' (examples of different lengths); use 'layer'");
     return;
   }
   if (model.n_classes > 0)

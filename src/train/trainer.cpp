@@ -309,41 +309,48 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     for (auto& g : optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     optimizer->zero_grad();
+    // With skip, BatchNorm's running statistics are restored too if the step goes: the
+    // forward pass has already folded the bad batch into them.
+    std::vector<at::Tensor> buffers;
+    if (t.nonfinite == "skip")
+      for (const auto& b : model->buffers()) buffers.push_back(b.clone());
     const StepLoss sl = objective.step(step);
     sl.loss.backward();
     if (options.after_backward) options.after_backward(step + 1, model);
     const double l = sl.loss.item<double>();
     const int64_t done = step + 1;
+    double grad_norm = 0;
     // Checked before clipping, which would spread one bad gradient over all of them.
     if (const std::string bad = nonfinite(l, model); !bad.empty()) {
-      if (t.nonfinite == "skip") {
-        optimizer->zero_grad();
-        metrics->write({{"step", done}, {"event", "skipped_step"}, {"reason", bad}});
-        say(fmt::format("step {}: {}; step skipped (train.nonfinite = skip)", done, bad));
-        ++result.skipped_steps;
-        if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) ||
-            done == t.max_steps)
-          checkpoint(done);
-        continue;
+      if (t.nonfinite != "skip") {
+        progress->finish();
+        throw std::runtime_error(fmt::format(
+            "step {}: {}; training stopped. {} (set train.nonfinite=skip to skip such steps "
+            "instead, or lower train.lr)",
+            done, bad,
+            last_checkpoint > 0
+                ? fmt::format("The last good checkpoint '{}' (step {}) is intact",
+                              ckpt_path.string(), last_checkpoint)
+                : std::string("No checkpoint had been written yet")));
       }
-      progress->finish();
-      throw std::runtime_error(fmt::format(
-          "step {}: {}; training stopped. {} (set train.nonfinite=skip to skip such steps "
-          "instead, or lower train.lr)",
-          done, bad,
-          last_checkpoint > 0
-              ? fmt::format("The last good checkpoint '{}' (step {}) is intact",
-                            ckpt_path.string(), last_checkpoint)
-              : std::string("No checkpoint had been written yet")));
+      optimizer->zero_grad();
+      {
+        torch::NoGradGuard no_grad;
+        size_t i = 0;
+        for (auto& b : model->buffers()) b.copy_(buffers[i++]);
+      }
+      metrics->write({{"step", done}, {"event", "skipped_step"}, {"reason", bad}});
+      say(fmt::format("step {}: {}; step skipped (train.nonfinite = skip)", done, bad));
+      ++result.skipped_steps;
+    } else {
+      if (t.grad_clip > 0)
+        grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
+      optimizer->step();
+      loss_sum += l;
+      ++loss_n;
+      correct_sum += sl.correct;
+      count_sum += sl.count;
     }
-    double grad_norm = 0;
-    if (t.grad_clip > 0)
-      grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
-    optimizer->step();
-    loss_sum += l;
-    ++loss_n;
-    correct_sum += sl.correct;
-    count_sum += sl.count;
     if ((done % t.log_interval == 0 || done == t.max_steps) && loss_n > 0) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_log).count();
