@@ -8,7 +8,8 @@
 ///          Adam betas (0.9, 0.98), 10% warm-up and linear decay (its appendix B). GPU-scale:
 ///          hours to days on this machine.
 ///   cpu    ours: the same shape for every family on a task (so the comparison is fair), sized
-///          to finish in under an hour on 2 cores (docs/TASKS.md lists the measured times).
+///          to finish in under an hour on 2 cores (docs/TASKS.md lists the measured times);
+///          etsmlp / etsmlp-gate keep their paper's recipe (norm, LR, WD, dropout of Table 5).
 /// Family roles (aib-net Sec. III.E and IV.A; etsmlp appendix B): weird-net-a is the AIB
 /// encoder (Structure A, bidirectional, mean pooling), weird-net / aib-net / moss the AIB
 /// decoder (Structure B, causal, last position), transformer a bidirectional encoder,
