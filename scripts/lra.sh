@@ -9,7 +9,8 @@
 #   SIZE=paper OUT=runs/lra-paper scripts/lra.sh           # the papers' hyper-parameters (days)
 #
 # MODELS is a list of name=preset[,section.key=value...] cells, or the words "main" or
-# "ablations"; EXTRA is passed to every run (e.g. "--threads 2"); SEQMIX is the binary. Results:
+# "ablations"; EXTRA is passed to every run (e.g. "--threads 2"); SEQMIX is the binary;
+# TABLE_ONLY=1 only prints the table of the cells already done. Results:
 # $OUT/<task>/<name>/ (run folders), $OUT/results.jsonl (one line per cell), $OUT/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,7 @@ uses_attention() {
 }
 
 for task in $TASKS; do
+  [ -n "${TABLE_ONLY:-}" ] && break
   for cell in $MODELS; do
     name=${cell%%=*}
     spec=${cell#*=}
