@@ -139,7 +139,9 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 }  // namespace
 
 int main(int argc, char** argv) {
-  seqmix::util::retain_freed_memory();
+  // Shapes vary between training steps (padded batches of varying length): bounded. The
+  // benchmarks switch to kCaching below (their shapes repeat exactly).
+  seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kBounded);
   // Past a file-size limit (ulimit -f) a write should fail like one on a full disk, with an
   // error the checkpoint code reports, not kill the process mid-file.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -373,6 +375,7 @@ int main(int argc, char** argv) {
     }
 
     if (bench->parsed()) {
+      seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kCaching);
       if (bench_mode != "ops") {
         // The mode's defaults, then whatever the command line set explicitly.
         auto d = bench_mode == "extractor" ? seqmix::bench::OpsBenchOptions::extractor_defaults()

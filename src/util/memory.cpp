@@ -57,11 +57,15 @@ int64_t live_tensor_bytes() { return g_live.load(); }
 int64_t peak_tensor_bytes() { return g_peak.load(); }
 void reset_peak_tensor_bytes() { g_peak.store(g_live.load()); }
 
-void retain_freed_memory() {
-  // No mmap-backed chunks (they are unmapped on free and fault again on reuse), and no
-  // trimming of the heap top back to the system.
-  mallopt(M_MMAP_MAX, 0);
+void set_heap_policy(HeapPolicy policy) {
+  // No trimming of the heap top back to the system: freed memory is reused, not re-faulted.
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  if (policy == HeapPolicy::kCaching) {
+    mallopt(M_MMAP_MAX, 0);  // no mmap-backed chunks (unmapped on free, faulted on reuse)
+  } else {
+    // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+  }
 }
 
 }  // namespace seqmix::util

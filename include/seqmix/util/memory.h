@@ -17,13 +17,24 @@ int64_t peak_tensor_bytes();
 /// Starts a new peak window at the current live size.
 void reset_peak_tensor_bytes();
 
-/// Process-wide malloc policy for programs that allocate the same large tensors every step
-/// (training, benchmarks): glibc serves every request from its heap instead of fresh mmap
-/// regions and keeps freed memory for reuse, so a step's outputs do not pay the kernel's
-/// page-zeroing faults again each time (measured in docs/RESULTS.md: at B=4, L=4096, D=512
-/// those faults cost as much as the AIB scan itself). It plays the part of PyTorch's caching
-/// allocators; resident memory stays at the high-water mark. For executables only: a library
-/// should not change its host's allocator. Call once, before large allocations.
-void retain_freed_memory();
+/// Process-wide malloc policies for executables (a library should not change its host's
+/// allocator; call once, before large allocations). Both keep freed heap memory for reuse
+/// (no trimming), so a step's outputs do not pay the kernel's page-zeroing faults again each
+/// time: at B=4, L=4096, D=512 those faults cost as much as the AIB scan itself
+/// (docs/RESULTS.md). They differ in what happens to large blocks:
+enum class HeapPolicy {
+  /// Every request, however large, from the heap, kept after free: what PyTorch's caching
+  /// allocators give on GPUs. For programs whose tensor shapes repeat exactly (`seqmix bench`);
+  /// with shapes that vary from step to step (padded batches of varying length) the heap
+  /// fragments and grows without bound (measured: 19.7 GB and an OOM kill after 30 ListOps
+  /// steps of a model with softmax attention).
+  kCaching,
+  /// Requests of 32 MiB and more (glibc's largest mmap threshold) get their own mapping,
+  /// returned to the system on free; smaller ones as kCaching. Resident memory stays bounded
+  /// whatever the shapes (4.9 GB in the same ListOps run), at a small cost for fixed shapes
+  /// (LM training steps 3% slower than kCaching, measured). Training, evaluation, generation.
+  kBounded,
+};
+void set_heap_policy(HeapPolicy policy);
 
 }  // namespace seqmix::util
