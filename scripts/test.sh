@@ -11,3 +11,8 @@ cd build
 # on the tiny model); passive waiting does not.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
+cd "$here"
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+if [ "${SEQMIX_SANITIZERS:-1}" != 0 ]; then
+  bash scripts/sanitize.sh
+fi

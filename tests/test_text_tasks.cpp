@@ -273,6 +273,11 @@ TEST(SpamText, BadInputsNameTheFileOrOption) {
   write(bad, "{\"text\": \"unterminated");
   expect_error<std::runtime_error>([&] { load_spam_assassin(t.str(), none); },
                                    {bad.string(), "not valid JSON", "parse error"});
+  // A number too large for a double (found by fuzz/fuzz_task_json; input in tests/data/fuzz).
+  fs::copy_file(SEQMIX_SOURCE_DIR "/tests/data/fuzz/spam_number_overflow.json", bad,
+                fs::copy_options::overwrite_existing);
+  expect_error<std::runtime_error>([&] { load_spam_assassin(t.str(), none); },
+                                   {bad.string(), "not valid JSON", "number overflow"});
   write(bad, "[\"an array\"]");
   expect_error<std::runtime_error>([&] { load_spam_assassin(t.str(), none); },
                                    {bad.string(), "expected one JSON object", "array"});

@@ -157,6 +157,17 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("broken.pt"), std::string::npos) << e.what();
   }
+  // A checkpoint whose archive names a type it does not define (found by
+  // fuzz/fuzz_checkpoint; LibTorch throws torch::jit::ErrorReport, not c10::Error).
+  const std::string fuzzed = SEQMIX_SOURCE_DIR "/tests/data/fuzz/checkpoint_unknown_type.pt";
+  try {
+    train::read_checkpoint_config(fuzzed);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("checkpoint_unknown_type.pt' is corrupt"), std::string::npos) << what;
+    EXPECT_NE(what.find("Unknown type name"), std::string::npos) << what;
+  }
   std::ofstream(dir + "/text.pt") << "hello";
   EXPECT_THROW(train::read_checkpoint_config(dir + "/text.pt"), std::runtime_error);
   EXPECT_THROW(train::read_checkpoint_config(dir + "/none.pt"), std::runtime_error);

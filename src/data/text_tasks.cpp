@@ -89,7 +89,7 @@ json read_object(const fs::path& p) {
   json j;
   try {
     j = json::parse(read_all(p));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw std::runtime_error(quoted(p) + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object())

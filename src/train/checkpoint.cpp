@@ -17,9 +17,18 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kFormat = "seqmix-checkpoint-1";
 
+// The first non-empty line of a message (LibTorch's TorchScript errors start with a newline).
 std::string first_line(const std::string& s) {
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
+  size_t b = 0;
+  while (b < s.size() && (s[b] == '\n' || s[b] == ' ')) ++b;
+  const auto nl = s.find('\n', b);
+  return nl == std::string::npos ? s.substr(b) : s.substr(b, nl - b);
+}
+
+std::string brief(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e))
+    return first_line(c->what_without_backtrace());
+  return first_line(e.what());
 }
 
 torch::serialize::InputArchive open_archive(const std::string& path) {
@@ -28,9 +37,11 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path);
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
+    // c10::Error, or torch::jit::ErrorReport when a corrupt archive names unknown types
+    // (found by fuzz/fuzz_checkpoint).
     throw std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" +
-                             first_line(e.what_without_backtrace()) + ")");
+                             brief(e) + ")");
   }
   c10::IValue format;
   if (!ar.try_read("format", format) || !format.isString() || format.toStringRef() != kFormat)
@@ -154,11 +165,11 @@ int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       gen.set_state(rng);
     }
-  } catch (const c10::Error& e) {
-    throw std::runtime_error("checkpoint '" + path + "' does not fit this model (" +
-                             first_line(e.what_without_backtrace()) + ")");
   } catch (const std::runtime_error& e) {
     throw std::runtime_error("checkpoint '" + path + "' does not fit this model: " + e.what());
+  } catch (const std::exception& e) {  // c10::Error, torch::jit::ErrorReport, ...
+    throw std::runtime_error("checkpoint '" + path + "' does not fit this model (" + brief(e) +
+                             ")");
   }
   return step.toInt();
 }

@@ -24,7 +24,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
     if (s.empty()) continue;
     try {
       lines.push_back(nlohmann::json::parse(s));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (overflow)
       throw std::runtime_error("metrics file '" + path + "' line " + std::to_string(n) +
                                " is not JSON: " + e.what());
     }
