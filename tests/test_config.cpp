@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 
 #include "seqmix/train/config.h"
 #include "seqmix/train/schedule.h"
@@ -60,6 +61,20 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(e.find("section.key=value"), std::string::npos) << e;
   e = error_of([&] { train::resolve_config("", {"optim.lr=1"}); });
   EXPECT_NE(e.find("unknown section 'optim'"), std::string::npos) << e;
+  // A whole configuration (as in a checkpoint) with a float far outside int64 where an
+  // integer belongs: undefined behaviour inside toml++ before (found by fuzz/fuzz_config).
+  std::ifstream in(SEQMIX_SOURCE_DIR "/tests/data/fuzz/config_huge_float_integer.toml");
+  const std::string fuzzed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(fuzzed.find("max_len = 444444"), std::string::npos);
+  e = error_of([&] { train::RunConfig::from_toml(fuzzed, "fuzzed"); });
+  EXPECT_NE(e.find("fuzzed"), std::string::npos) << e;
+  EXPECT_NE(e.find("must be an integer, got a floating-point number"), std::string::npos) << e;
+  auto c = train::RunConfig::from_toml(train::RunConfig{}.to_toml(), "ok").to_toml();
+  const auto at = c.find("max_len = ");
+  ASSERT_NE(at, std::string::npos);
+  c.insert(at + 10, "1e30 # ");
+  e = error_of([&] { train::RunConfig::from_toml(c, "dumped"); });
+  EXPECT_NE(e.find("max_len' must be an integer"), std::string::npos) << e;
 }
 
 TEST(Schedule, WarmupThenCosineToTheFloor) {

@@ -4,7 +4,9 @@
 
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <tuple>
 
 #include "seqmix/data/tasks.h"
@@ -151,7 +153,17 @@ void merge_file(toml::table& base, const toml::table& file, const std::string& o
 
 template <typename T>
 T get(const toml::table& t, const char* section, const char* key, const std::string& origin) {
-  auto v = t[section][key].value<T>();
+  // Integers exactly: toml++'s converting value<int64_t>() casts a float to int64 before
+  // checking its range, which is undefined for 1e30 (found by fuzz/fuzz_config).
+  std::optional<T> v;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (t[section][key].is_floating_point())
+      throw std::runtime_error(origin + ": '" + std::string(section) + "." + key +
+                               "' must be an integer, got a floating-point number");
+    v = t[section][key].value_exact<T>();
+  } else {
+    v = t[section][key].value<T>();
+  }
   if (!v)
     throw std::runtime_error(origin + ": missing or mistyped key '" + std::string(section) + "." +
                              key + "'");
