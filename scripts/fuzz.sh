@@ -56,6 +56,8 @@ if [ ! -f "$seeds/.complete" ]; then
   touch "$seeds/.complete"
 fi
 
+# Leaks inside LibTorch itself are not ours to fix (fuzz/lsan.supp says which).
+export LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp
 # The model fuzz_bpe_corpus encodes with.
 export SEQMIX_FUZZ_BPE_MODEL=$PWD/$seeds/fuzz_tokenizer/bpe400.model
 status=0

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -83,13 +84,12 @@ __attribute__((visibility("default"))) void seqmix_spm_free(void* p) { std::free
 __attribute__((visibility("default"))) int seqmix_spm_load(const char* proto, size_t n,
                                                            void** model, char** err) {
   try {
-    auto* sp = new sentencepiece::SentencePieceProcessor();
+    // Owned until handed out: the loader can also throw (a leak found by fuzz/fuzz_tokenizer).
+    auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto status = sp->LoadFromSerializedProto(std::string(proto, n));
-    if (!status.ok() || sp->GetPieceSize() <= 0) {
-      delete sp;
+    if (!status.ok() || sp->GetPieceSize() <= 0)
       return fail(err, status.ok() ? "the model holds no pieces" : status.ToString());
-    }
-    *model = sp;
+    *model = sp.release();
     return 0;
   } catch (const std::exception& e) {
     return fail(err, e.what());
