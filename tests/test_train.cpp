@@ -157,16 +157,34 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("broken.pt"), std::string::npos) << e.what();
   }
-  // A checkpoint whose archive names a type it does not define (found by
-  // fuzz/fuzz_checkpoint; LibTorch throws torch::jit::ErrorReport, not c10::Error).
-  const std::string fuzzed = SEQMIX_SOURCE_DIR "/tests/data/fuzz/checkpoint_unknown_type.pt";
-  try {
-    train::read_checkpoint_config(fuzzed);
-    FAIL() << "no error";
-  } catch (const std::runtime_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("checkpoint_unknown_type.pt' is corrupt"), std::string::npos) << what;
-    EXPECT_NE(what.find("Unknown type name"), std::string::npos) << what;
+  // Corrupt archives found by fuzz/fuzz_checkpoint (tests/data/fuzz): one made LibTorch throw
+  // torch::jit::ErrorReport (not c10::Error), one crashed its TorchScript type parser. The
+  // archive is now checked (structure, CRCs) before LibTorch parses it.
+  for (const char* name : {"checkpoint_unknown_type.pt", "checkpoint_parser_segv.pt"}) {
+    const std::string fuzzed = SEQMIX_SOURCE_DIR "/tests/data/fuzz/" + std::string(name);
+    try {
+      train::read_checkpoint_config(fuzzed);
+      ADD_FAILURE() << name << ": no error";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string(name) + "' is corrupt"), std::string::npos) << what;
+      EXPECT_NE(what.find("(zip"), std::string::npos) << what;
+    }
+  }
+  // One flipped bit in the middle of the file (stored entries: tensor or pickle bytes), which
+  // only the entries' CRC-32s show.
+  {
+    std::string flipped = bytes;
+    flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
+    std::ofstream(dir + "/flipped.pt", std::ios::binary) << flipped;
+    try {
+      train::read_checkpoint_config(dir + "/flipped.pt");
+      ADD_FAILURE() << "flipped.pt: no error";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("flipped.pt' is corrupt"), std::string::npos) << what;
+      EXPECT_NE(what.find("CRC error"), std::string::npos) << what;
+    }
   }
   std::ofstream(dir + "/text.pt") << "hello";
   EXPECT_THROW(train::read_checkpoint_config(dir + "/text.pt"), std::runtime_error);

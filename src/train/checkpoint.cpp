@@ -2,11 +2,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize/archive.h>
+#include <zip.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "seqmix/util/files.h"
 
@@ -31,9 +34,44 @@ std::string brief(const std::exception& e) {
   return first_line(e.what());
 }
 
+// Reads every entry of the zip archive through libzip, which checks the archive's structure
+// (ZIP_CHECKCONS) and each entry's CRC-32. LibTorch's own reader checks neither and goes on to
+// parse the archive's TorchScript type definitions, which can crash on corrupt bytes (found by
+// fuzz/fuzz_checkpoint: a segfault in torch::jit::ScriptTypeParser).
+void verify_archive(const std::string& path) {
+  auto corrupt = [&](const std::string& why) {
+    return std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" + why +
+                              ")");
+  };
+  int code = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code);
+  if (!z) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    const std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    throw corrupt("zip: " + why);
+  }
+  std::unique_ptr<zip_t, void (*)(zip_t*)> guard(z, zip_discard);
+  const zip_int64_t n = zip_get_num_entries(z, 0);
+  std::vector<char> buf(1 << 20);
+  for (zip_int64_t i = 0; i < n; ++i) {
+    zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
+    if (!f) throw corrupt("zip: " + std::string(zip_strerror(z)));
+    zip_int64_t got;
+    while ((got = zip_fread(f, buf.data(), buf.size())) > 0) {
+    }
+    const char* name = zip_get_name(z, static_cast<zip_uint64_t>(i), 0);
+    const std::string why = got < 0 ? zip_file_strerror(f) : "";
+    zip_fclose(f);
+    if (got < 0) throw corrupt("zip entry '" + std::string(name ? name : "?") + "': " + why);
+  }
+}
+
 torch::serialize::InputArchive open_archive(const std::string& path) {
   if (!fs::is_regular_file(path))
     throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  verify_archive(path);
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path);
