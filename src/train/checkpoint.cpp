@@ -34,15 +34,17 @@ std::string brief(const std::exception& e) {
   return first_line(e.what());
 }
 
+std::runtime_error corrupt_checkpoint(const std::string& path, const std::string& why) {
+  return std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" + why +
+                            ")");
+}
+
 // Reads every entry of the zip archive through libzip, which checks the archive's structure
 // (ZIP_CHECKCONS) and each entry's CRC-32. LibTorch's own reader checks neither and goes on to
 // parse the archive's TorchScript type definitions, which can crash on corrupt bytes (found by
 // fuzz/fuzz_checkpoint: a segfault in torch::jit::ScriptTypeParser).
 void verify_archive(const std::string& path) {
-  auto corrupt = [&](const std::string& why) {
-    return std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" + why +
-                              ")");
-  };
+  auto corrupt = [&](const std::string& why) { return corrupt_checkpoint(path, why); };
   int code = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code);
   if (!z) {
@@ -78,8 +80,7 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
   } catch (const std::exception& e) {
     // c10::Error, or torch::jit::ErrorReport when a corrupt archive names unknown types
     // (found by fuzz/fuzz_checkpoint).
-    throw std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" +
-                             brief(e) + ")");
+    throw corrupt_checkpoint(path, brief(e));
   }
   c10::IValue format;
   if (!ar.try_read("format", format) || !format.isString() || format.toStringRef() != kFormat)

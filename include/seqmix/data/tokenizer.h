@@ -8,8 +8,9 @@
 /// whitespace removal, no dummy "▁" prefix and byte fallback (any byte not covered by a piece
 /// becomes one of 256 byte pieces <0x00>..<0xFF>), so decode(encode(text)) == text for every
 /// valid UTF-8 text and a token stream can be cut anywhere. (U+2581, SentencePiece's internal
-/// space symbol, is encoded as its three byte pieces, since as a piece it decodes to a space.) SentencePiece checks UTF-8 before
-/// encoding: a malformed byte sequence is encoded as U+FFFD (the byte tokenizer keeps it).
+/// space symbol, is encoded as its three byte pieces, since as a piece it decodes to a space.)
+/// SentencePiece checks UTF-8 before encoding: a malformed byte sequence is encoded as U+FFFD
+/// (the byte tokenizer keeps it).
 ///
 /// SentencePiece runs inside a small plugin, libseqmix_sentencepiece.so, loaded on first use
 /// (see src/data/sentencepiece_plugin.cpp for why it cannot be linked directly next to
