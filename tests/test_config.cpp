@@ -57,6 +57,8 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(e.find("unknown model preset 'gpt'"), std::string::npos) << e;
   e = error_of([&] { train::resolve_config("", {"train.batch_size=0"}); });
   EXPECT_NE(e.find("train.batch_size"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"data.pad_to_multiple=0"}); });
+  EXPECT_NE(e.find("data.pad_to_multiple: must be >= 1, got 0"), std::string::npos) << e;
   e = error_of([&] { train::resolve_config("", {"nosection"}); });
   EXPECT_NE(e.find("section.key=value"), std::string::npos) << e;
   e = error_of([&] { train::resolve_config("", {"optim.lr=1"}); });

@@ -65,6 +65,13 @@ TEST(Tasks, CollatePadsMasksAndTruncates) {
   data::LabelledSequence empty;
   EXPECT_THROW(train::collate({&empty}, 4), std::invalid_argument);
   EXPECT_THROW(train::collate({}, 4), std::invalid_argument);
+  // Rounded up to a multiple of pad_to_multiple, never past max_len.
+  EXPECT_EQ(train::collate({&a}, 16, 4).tokens.size(1), 4);
+  EXPECT_EQ(train::collate({&a, &b}, 16, 4).tokens.size(1), 8);
+  EXPECT_EQ(train::collate({&a, &b}, 7, 4).tokens.size(1), 7);
+  EXPECT_EQ(train::collate({&a, &b}, 16, 4).mask.sum().item<int64_t>(), 9);
+  EXPECT_EQ(train::collate({&p, &q}, 16, 3).tokens_b.size(1), 3);
+  EXPECT_THROW(train::collate({&a}, 16, 0), std::invalid_argument);
 }
 
 TEST(Tasks, EpochOrderVisitsEveryExampleOncePerEpoch) {
@@ -103,6 +110,9 @@ TEST(Tasks, PaddedBatchesEqualUnpaddedForEveryFamily) {
       const auto five = train::evaluate_classifier(model, examples, 5);
       EXPECT_NEAR(one.loss, five.loss, 1e-5) << family << (pair ? " pair" : "");
       EXPECT_EQ(one.accuracy, five.accuracy) << family;
+      // Padding every batch further, to a multiple of 8 positions, changes nothing either.
+      const auto rounded = train::evaluate_classifier(model, examples, 5, 0, 8);
+      EXPECT_NEAR(one.loss, rounded.loss, 1e-5) << family << (pair ? " pair" : "");
       // An all-true mask is the same as no mask.
       const auto b = train::collate({&examples[0]}, cfg.max_len);
       torch::NoGradGuard ng;

@@ -472,7 +472,7 @@ int main(int argc, char** argv) {
           throw std::runtime_error("--split: a task has the splits train, valid and test, got '" +
                                    split + "'");
         const auto r = seqmix::train::evaluate_classifier(model, *examples, eval_batch,
-                                                          eval_max_tokens);
+                                                          eval_max_tokens, d.pad_to_multiple);
         fmt::print("{}\n", nlohmann::json{{"split", split},
                                           {"task", d.task},
                                           {"loss", r.loss},

@@ -19,13 +19,14 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 // Pads one side of the batch: ids [B, L] and mask [B, L].
-void pad(const std::vector<const std::vector<int32_t>*>& seqs, int64_t max_len, at::Tensor& ids,
-         at::Tensor& mask) {
+void pad(const std::vector<const std::vector<int32_t>*>& seqs, int64_t max_len,
+         int64_t multiple, at::Tensor& ids, at::Tensor& mask) {
   int64_t L = 0;
   for (const auto* s : seqs) {
     if (s->empty()) throw std::invalid_argument("collate: an example has no tokens");
-    L = std::max<int64_t>(L, std::min<int64_t>(max_len, static_cast<int64_t>(s->size())));
+    L = std::max<int64_t>(L, static_cast<int64_t>(s->size()));
   }
+  L = std::min(max_len, (L + multiple - 1) / multiple * multiple);
   const int64_t B = static_cast<int64_t>(seqs.size());
   ids = at::zeros({B, L}, at::kLong);
   mask = at::zeros({B, L}, at::kBool);
@@ -56,9 +57,11 @@ data::TaskSpec task_spec(const RunConfig& config) {
   return spec;
 }
 
-ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, int64_t max_len) {
+ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, int64_t max_len,
+                   int64_t pad_to_multiple) {
   if (examples.empty()) throw std::invalid_argument("collate: empty batch");
   if (max_len < 1) throw std::invalid_argument("collate: max_len must be >= 1");
+  if (pad_to_multiple < 1) throw std::invalid_argument("collate: pad_to_multiple must be >= 1");
   ClassBatch b;
   std::vector<const std::vector<int32_t>*> a, second;
   std::vector<int64_t> labels;
@@ -67,8 +70,9 @@ ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, i
     second.push_back(&e->tokens_b);
     labels.push_back(e->label);
   }
-  pad(a, max_len, b.tokens, b.mask);
-  if (!examples.front()->tokens_b.empty()) pad(second, max_len, b.tokens_b, b.mask_b);
+  pad(a, max_len, pad_to_multiple, b.tokens, b.mask);
+  if (!examples.front()->tokens_b.empty())
+    pad(second, max_len, pad_to_multiple, b.tokens_b, b.mask_b);
   b.labels = at::tensor(labels, at::kLong);
   return b;
 }
@@ -112,7 +116,8 @@ std::vector<int64_t> EpochOrder::batch(int64_t step) {
 
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
-                                   int64_t batch_size, int64_t max_examples) {
+                                   int64_t batch_size, int64_t max_examples,
+                                   int64_t pad_to_multiple) {
   if (batch_size < 1)
     throw std::invalid_argument("evaluate_classifier: batch size must be >= 1");
   if (split.empty()) throw std::invalid_argument("evaluate_classifier: the split is empty");
@@ -135,7 +140,7 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
     const auto first = order.begin() + i;
     const std::vector<const data::LabelledSequence*> part(first,
                                                           first + std::min(batch_size, n - i));
-    const ClassBatch b = collate(part, max_len);
+    const ClassBatch b = collate(part, max_len, pad_to_multiple);
     const at::Tensor logits = class_logits(model, b);
     nll += at::cross_entropy_loss(logits, b.labels, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();

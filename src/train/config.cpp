@@ -63,7 +63,8 @@ toml::table to_table(const RunConfig& c) {
                    {"task_seed", d.task_seed},
                    {"train_examples", d.train_examples},
                    {"valid_examples", d.valid_examples},
-                   {"test_examples", d.test_examples}};
+                   {"test_examples", d.test_examples},
+                   {"pad_to_multiple", d.pad_to_multiple}};
   const auto& t = c.train;
   toml::table train{{"batch_size", t.batch_size},
                     {"max_steps", t.max_steps},
@@ -229,6 +230,7 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   c.data.train_examples = get_or<int64_t>(t, "data", "train_examples", 0, origin);
   c.data.valid_examples = get_or<int64_t>(t, "data", "valid_examples", 0, origin);
   c.data.test_examples = get_or<int64_t>(t, "data", "test_examples", 0, origin);
+  c.data.pad_to_multiple = get_or<int64_t>(t, "data", "pad_to_multiple", 64, origin);
   auto& r = c.train;
   r.batch_size = get<int64_t>(t, "train", "batch_size", origin);
   r.max_steps = get<int64_t>(t, "train", "max_steps", origin);
@@ -323,6 +325,9 @@ void RunConfig::validate() const {
                                 "'");
   if (data.tokenizer.empty())
     throw std::invalid_argument("data.tokenizer: must be 'bytes' or a SentencePiece model path");
+  if (data.pad_to_multiple < 1)
+    throw std::invalid_argument("data.pad_to_multiple: must be >= 1, got " +
+                                std::to_string(data.pad_to_multiple));
   if (!data.task.empty()) {
     const data::TaskInfo* info = nullptr;
     try {

@@ -142,10 +142,11 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
                               task->info.pair ? " (pairs)" : "");
   o.unit = "examples";
   o.units_per_step = B;
-  o.step = [task, order, &model, T](int64_t step) {
+  const int64_t pad_multiple = config.data.pad_to_multiple;
+  o.step = [task, order, &model, T, pad_multiple](int64_t step) {
     std::vector<const data::LabelledSequence*> examples;
     for (int64_t i : order->batch(step)) examples.push_back(&task->splits.train[i]);
-    const ClassBatch b = collate(examples, T);
+    const ClassBatch b = collate(examples, T, pad_multiple);
     const at::Tensor logits = class_logits(model, b);
     const int64_t correct = logits.detach().argmax(-1).eq(b.labels).sum().item<int64_t>();
     return StepLoss{at::cross_entropy_loss(logits, b.labels), correct, b.labels.size(0)};
@@ -153,11 +154,11 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
   // Periodic evaluations score the validation split; the final one also the test split and
   // as many training examples as the test split has (train vs test accuracy, aib-net
   // Table VI), the first ones of the training split.
-  o.held_out = [task, &model, B, log, say, &result](int64_t step, bool final) {
+  o.held_out = [task, &model, B, pad_multiple, log, say, &result](int64_t step, bool final) {
     auto score = [&](const char* name, const std::vector<data::LabelledSequence>& split,
                      int64_t max_examples) {
       if (split.empty()) return AccuracyResult{};
-      const AccuracyResult r = evaluate_classifier(model, split, B, max_examples);
+      const AccuracyResult r = evaluate_classifier(model, split, B, max_examples, pad_multiple);
       log({{"step", step},
            {"split", name},
            {"loss", r.loss},

@@ -20,15 +20,16 @@ data::TaskSpec task_spec(const RunConfig& config);
 
 /// A padded batch. tokens [B, L] int64 (padding id 0), mask [B, L] bool (true = valid),
 /// labels [B] int64; for pair tasks tokens_b / mask_b [B, L_b] (undefined otherwise).
-/// L is the longest example of the batch, at most max_len; longer examples keep their first
-/// max_len tokens.
+/// L is the longest example of the batch rounded up to a multiple of pad_to_multiple, at most
+/// max_len; longer examples keep their first max_len tokens.
 struct ClassBatch {
   at::Tensor tokens, mask, tokens_b, mask_b, labels;
 };
 
-/// @throws std::invalid_argument for an empty batch, max_len < 1 or an example with no
-///         tokens (nothing to pool).
-ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, int64_t max_len);
+/// @throws std::invalid_argument for an empty batch, max_len < 1, pad_to_multiple < 1 or an
+///         example with no tokens (nothing to pool).
+ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, int64_t max_len,
+                   int64_t pad_to_multiple = 1);
 
 /// Class logits [B, n_classes] of a batch (two-tower for cls_pair models).
 at::Tensor class_logits(models::SequenceModel& model, const ClassBatch& batch);
@@ -60,10 +61,11 @@ struct AccuracyResult {
 
 /// Scores the first `max_examples` examples of `split` (0 = all) in eval mode without
 /// gradients, batch_size at a time (examples grouped by length to pad little; the result
-/// does not depend on the grouping).
+/// does not depend on the grouping, nor on pad_to_multiple, see collate).
 /// @throws std::invalid_argument if batch_size < 1 or the split is empty.
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
-                                   int64_t batch_size, int64_t max_examples = 0);
+                                   int64_t batch_size, int64_t max_examples = 0,
+                                   int64_t pad_to_multiple = 1);
 
 }  // namespace seqmix::train

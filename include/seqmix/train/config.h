@@ -27,6 +27,11 @@ struct DataConfig {
   int64_t task_seed = 0;  ///< data generation and splits, independent of train.seed
   /// Examples per split (0: the task's default; data/tasks.h says what a count means).
   int64_t train_examples = 0, valid_examples = 0, test_examples = 0;
+  /// Task batches are padded to a multiple of this many positions (at most model.max_len),
+  /// like Hugging Face's pad_to_multiple_of: a few distinct shapes instead of one per batch
+  /// keeps the heap from fragmenting over a long run. Masks make the results independent
+  /// of it. 1 = pad to the longest example only.
+  int64_t pad_to_multiple = 64;
 };
 
 struct TrainConfig {
