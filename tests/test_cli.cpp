@@ -24,9 +24,11 @@ struct Result {
 
 std::vector<nlohmann::json> json_lines(const std::string& out);
 
-Result run(const std::string& args) {
+// `env` is prepended as `env <env>` (e.g. "-u VAR" or "VAR=value") when not empty.
+Result run(const std::string& args, const std::string& env = "") {
   const char* bin = std::getenv("SEQMIX_BIN");
-  const std::string cmd = std::string(bin ? bin : "seqmix") + " " + args + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") +
+                          std::string(bin ? bin : "seqmix") + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -264,7 +266,10 @@ TEST(Cli, BenchJsonRows) {
   std::set<std::string> ops;
   for (const auto& row : json_lines(r.output)) {
     ops.insert(row.at("op").get<std::string>());
-    if (row["op"] == "stream_triad") continue;
+    if (row["op"] == "stream_triad") {
+      EXPECT_TRUE(row.contains("blas")) << row.dump();
+      continue;
+    }
     for (const char* key : {"L", "B", "D", "fwd_ms", "fwd_bwd_ms", "peak_mib"})
       EXPECT_TRUE(row.contains(key)) << key << " missing in " << row.dump();
     EXPECT_EQ(row["L"], 8);
@@ -292,6 +297,22 @@ TEST(Cli, BenchJsonRows) {
   r = run("bench ops --ops aib_fast --reps 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("unknown op 'aib_fast'"), std::string::npos) << r.output;
+}
+
+// The BLAS line reads the loaded library: it follows OPENBLAS_CORETYPE, which OpenBLAS reads
+// when it is loaded, and says when the environment chose the kernels.
+TEST(Cli, InfoNamesTheBlasKernels) {
+  auto r = run("info", "OPENBLAS_CORETYPE=Haswell");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("BLAS: OpenBLAS Haswell (OPENBLAS_CORETYPE=Haswell)\n"), std::string::npos)
+      << r.output;
+  r = run("info", "OPENBLAS_CORETYPE=Prescott");
+  EXPECT_NE(r.output.find("BLAS: OpenBLAS Prescott (OPENBLAS_CORETYPE=Prescott)\n"), std::string::npos)
+      << r.output;
+  r = run("info", "-u OPENBLAS_CORETYPE");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("BLAS: OpenBLAS "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("OPENBLAS_CORETYPE"), std::string::npos) << r.output;
 }
 
 TEST(Cli, DataListOpsWritesLraTsv) {

@@ -23,6 +23,7 @@
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/memory.h"
 
@@ -121,6 +122,7 @@ int cmd_info() {
       "  encoders as in the paper (classification); etsmlp-lm / etsmlp-gate-lm: causal, for\n"
       "  language modelling\n"
       "With a SentencePiece tokenizer (--tokenizer) the embedding and head grow to its size.\n");
+  fmt::print("\nBLAS: {}\n", seqmix::util::blas_description());
   return 0;
 }
 
@@ -388,10 +390,11 @@ int main(int argc, char** argv) {
       const int64_t n = seqmix::train::configure_threads(bench_threads, bench_blas_threads);
       std::vector<nlohmann::json> rows;
       if (!bench_json)
-        fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} (float32)\n",
+        fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} blas={} (float32)\n",
                    bench_mode, bench_opts.batch, bench_opts.d_model, bench_opts.n_heads,
-                   bench_opts.reps, n);
-      seqmix::bench::run_ops_bench(bench_opts, [&](const nlohmann::json& row) {
+                   bench_opts.reps, n, seqmix::util::blas_description());
+      seqmix::bench::run_ops_bench(bench_opts, [&](nlohmann::json row) {
+        if (row.value("op", "") == "stream_triad") row["blas"] = seqmix::util::blas_description();
         rows.push_back(row);
         if (bench_json) {
           fmt::print("{}\n", row.dump());

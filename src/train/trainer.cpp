@@ -19,6 +19,7 @@
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/metrics.h"
 #include "seqmix/train/schedule.h"
+#include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/progress.h"
 
@@ -291,8 +292,9 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   metrics = std::make_unique<MetricsWriter>(metrics_path.string(), options.resume);
 
   progress = std::make_unique<util::Progress>("train", t.max_steps, start);
-  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads; {}; batch {}, {} steps{}",
+  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads, {}; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
+                  util::blas_description(),
                   objective.description, objective.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
   int64_t last_checkpoint = start;
