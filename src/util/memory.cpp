@@ -4,9 +4,18 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <malloc.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <limits>
+#include <list>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
 
 namespace seqmix::util {
 
@@ -43,7 +52,125 @@ class CountingAllocator final : public c10::Allocator {
   c10::Allocator* base_;
 };
 
+// Free large blocks by size (best fit) and by age (eviction); a block is in both or in neither.
+// Blocks handed out are found again by their address: LibTorch's raw_allocate/raw_deallocate
+// (used inside some ATen kernels) need data == context and one deleter for every block.
+class LargeBlockCache;
+LargeBlockCache* g_cache = nullptr;
+
+class LargeBlockCache final : public c10::Allocator {
+ public:
+  explicit LargeBlockCache(c10::Allocator* base) : base_(base) {}
+
+  void configure(int64_t min_bytes, int64_t max_cached) {
+    std::lock_guard<std::mutex> lock(mu_);
+    min_bytes_.store(min_bytes);
+    max_cached_ = max_cached;
+    evict_locked();
+  }
+
+  c10::DataPtr allocate(size_t n) const override {
+    if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
+    std::lock_guard<std::mutex> lock(mu_);
+    Block* b = nullptr;
+    auto it = by_size_.lower_bound(n);
+    if (it != by_size_.end() && it->first <= n + n / 8) {
+      b = it->second;
+      by_size_.erase(it);
+      by_age_.erase(b->age);
+      cached_ -= static_cast<int64_t>(b->size);
+      ++hits_;
+    } else {
+      b = new Block{base_->allocate(n), n, {}};
+    }
+    void* data = b->inner.get();
+    out_.emplace(data, b);
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  int64_t cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  int64_t hits() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hits_;
+  }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;  // returns the memory to the base allocator when destroyed
+    size_t size;
+    std::list<Block*>::iterator age;
+  };
+
+  // A pooled block goes back to the pool; anything else came from the base allocator.
+  static void release(void* data) {
+    if (!g_cache->keep(data)) g_cache->base_->raw_deleter()(data);
+  }
+
+  bool keep(void* data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = out_.find(data);
+    if (it == out_.end()) return false;
+    Block* b = it->second;
+    out_.erase(it);
+    by_age_.push_back(b);
+    b->age = std::prev(by_age_.end());
+    by_size_.emplace(b->size, b);
+    cached_ += static_cast<int64_t>(b->size);
+    evict_locked();
+    return true;
+  }
+
+  // Oldest first, until the pool fits its limit.
+  void evict_locked() {
+    while (cached_ > max_cached_ && !by_age_.empty()) {
+      Block* b = by_age_.front();
+      by_age_.pop_front();
+      auto range = by_size_.equal_range(b->size);
+      for (auto it = range.first; it != range.second; ++it)
+        if (it->second == b) {
+          by_size_.erase(it);
+          break;
+        }
+      cached_ -= static_cast<int64_t>(b->size);
+      delete b;
+    }
+  }
+
+  c10::Allocator* base_;
+  std::atomic<int64_t> min_bytes_{std::numeric_limits<int64_t>::max()};
+  int64_t max_cached_ = 0;
+  mutable std::mutex mu_;
+  mutable std::multimap<size_t, Block*> by_size_;
+  mutable std::list<Block*> by_age_;
+  mutable std::unordered_map<void*, Block*> out_;
+  mutable int64_t cached_ = 0, hits_ = 0;
+};
+
+
 }  // namespace
+
+void configure_large_block_cache(int64_t min_bytes, int64_t max_cached_bytes) {
+  if (min_bytes < 1 || max_cached_bytes < 0)
+    throw std::invalid_argument("configure_large_block_cache: min_bytes must be >= 1 and "
+                                "max_cached_bytes >= 0, got " + std::to_string(min_bytes) +
+                                " and " + std::to_string(max_cached_bytes));
+  // Never destroyed: tensors that outlive main() still return their blocks to it.
+  static LargeBlockCache* cache = new LargeBlockCache(c10::GetDefaultCPUAllocator());
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    c10::SetCPUAllocator(cache, /*priority=*/50);
+    g_cache = cache;
+  });
+  cache->configure(min_bytes, max_cached_bytes);
+}
+
+int64_t large_block_cache_bytes() { return g_cache ? g_cache->cached_bytes() : 0; }
+int64_t large_block_cache_hits() { return g_cache ? g_cache->hits() : 0; }
 
 void install_memory_counter() {
   static CountingAllocator counting(c10::GetDefaultCPUAllocator());
@@ -60,11 +187,16 @@ void reset_peak_tensor_bytes() { g_peak.store(g_live.load()); }
 void set_heap_policy(HeapPolicy policy) {
   // No trimming of the heap top back to the system: freed memory is reused, not re-faulted.
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  constexpr int64_t kLarge = 32 * 1024 * 1024;
   if (policy == HeapPolicy::kCaching) {
     mallopt(M_MMAP_MAX, 0);  // no mmap-backed chunks (unmapped on free, faulted on reuse)
+    if (g_cache) configure_large_block_cache(std::numeric_limits<int64_t>::max(), 0);
   } else {
     // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+    mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
+    // The mapped blocks are pooled, up to a quarter of physical memory (at most 8 GiB).
+    const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    configure_large_block_cache(kLarge, std::clamp<int64_t>(ram / 4, 0, int64_t{8} << 30));
   }
 }
 

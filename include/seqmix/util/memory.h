@@ -29,12 +29,33 @@ enum class HeapPolicy {
   /// fragments and grows without bound (measured: 19.7 GB and an OOM kill after 30 ListOps
   /// steps of a model with softmax attention).
   kCaching,
-  /// Requests of 32 MiB and more (glibc's largest mmap threshold) get their own mapping,
-  /// returned to the system on free; smaller ones as kCaching. Resident memory stays bounded
-  /// whatever the shapes (4.9 GB in the same ListOps run), at a small cost for fixed shapes
-  /// (LM training steps 3% slower than kCaching, measured). Training, evaluation, generation.
+  /// Requests of 32 MiB and more (glibc's largest mmap threshold) get their own mapping;
+  /// freed, they wait in the large-block pool (configure_large_block_cache; up to a quarter of
+  /// physical memory, at most 8 GiB) for a request of about their size, and go back to the
+  /// system when the pool is full. Smaller requests as kCaching. Resident memory stays bounded
+  /// whatever the shapes (4.9 GB in the same ListOps run before the pool). Training,
+  /// evaluation, generation.
   kBounded,
 };
 void set_heap_policy(HeapPolicy policy);
+
+/// Keeps freed CPU tensor blocks of at least `min_bytes` for reuse, up to `max_cached_bytes`
+/// held at once (least recently freed blocks go back to the system first): the large-block
+/// pool of PyTorch's CUDA caching allocator, for the mapped blocks of HeapPolicy::kBounded.
+/// Without it every training step maps, faults in (the kernel zeroes every page) and unmaps
+/// its large activations and attention scores again; on a paravirtualised host that took
+/// most of the time of a Transformer step (docs/RESULTS.md). A request reuses the smallest
+/// cached block that is at least as large and at most 1/8 larger, so resident memory is at
+/// most the live tensors, plus that slack, plus `max_cached_bytes`.
+/// The first call installs the pool as LibTorch's CPU allocator (above the default, below the
+/// counting allocator of install_memory_counter); later calls change the limits and release
+/// what no longer fits. Thread-safe. Executables only (it changes the host's allocator).
+/// @throws std::invalid_argument if min_bytes < 1 or max_cached_bytes < 0.
+void configure_large_block_cache(int64_t min_bytes, int64_t max_cached_bytes);
+
+/// Bytes of free blocks the pool holds now, and how many requests it served from them since
+/// the program started (0 before configure_large_block_cache).
+int64_t large_block_cache_bytes();
+int64_t large_block_cache_hits();
 
 }  // namespace seqmix::util
