@@ -23,8 +23,6 @@ namespace {
 
 std::atomic<int64_t> g_live{0}, g_peak{0};
 
-// Blocks are found again by their address (data == context), so LibTorch's raw_allocate /
-// raw_deallocate, used inside some ATen kernels, work through it too.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
@@ -36,37 +34,18 @@ class CountingAllocator final : public c10::Allocator {
     while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
     }
     void* data = ctx->inner.get();
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      blocks().emplace(data, ctx);
-    }
-    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+    return {data, ctx, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
  private:
   struct Context {
     c10::DataPtr inner;  // frees the memory when the context is deleted
     int64_t bytes;
   };
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::unordered_map<void*, Context*>& blocks() {
-    static auto* m = new std::unordered_map<void*, Context*>();  // outlives static tensors
-    return *m;
-  }
-  static void release(void* data) {
-    Context* ctx = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      auto it = blocks().find(data);
-      if (it == blocks().end()) return;  // not ours: never handed out by allocate()
-      ctx = it->second;
-      blocks().erase(it);
-    }
+  static void release(void* p) {
+    auto* ctx = static_cast<Context*>(p);
     g_live.fetch_sub(ctx->bytes);
     delete ctx;
   }
