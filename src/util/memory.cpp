@@ -23,29 +23,53 @@ namespace {
 
 std::atomic<int64_t> g_live{0}, g_peak{0};
 
+// Blocks are found again by their address (data == context), so LibTorch's raw_allocate /
+// raw_deallocate, used inside some ATen kernels, work through it too.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
   c10::DataPtr allocate(size_t n) const override {
+    // c10 hands out no memory for 0 bytes (data == nullptr), and a DataPtr whose context is
+    // null never calls its deleter: keep such blocks out of the map, or their Context leaks.
+    if (n == 0) return base_->allocate(0);
     auto* ctx = new Context{base_->allocate(n), static_cast<int64_t>(n)};
     const int64_t live = g_live.fetch_add(ctx->bytes) + ctx->bytes;
     int64_t peak = g_peak.load();
     while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
     }
     void* data = ctx->inner.get();
-    return {data, ctx, &release, c10::Device(c10::DeviceType::CPU)};
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      blocks().emplace(data, ctx);
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
  private:
   struct Context {
     c10::DataPtr inner;  // frees the memory when the context is deleted
     int64_t bytes;
   };
-  static void release(void* p) {
-    auto* ctx = static_cast<Context*>(p);
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_map<void*, Context*>& blocks() {
+    static auto* m = new std::unordered_map<void*, Context*>();  // outlives static tensors
+    return *m;
+  }
+  static void release(void* data) {
+    Context* ctx = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      auto it = blocks().find(data);
+      if (it == blocks().end()) return;  // not ours: never handed out by allocate()
+      ctx = it->second;
+      blocks().erase(it);
+    }
     g_live.fetch_sub(ctx->bytes);
     delete ctx;
   }
@@ -69,6 +93,9 @@ class LargeBlockCache final : public c10::Allocator {
     evict_locked();
   }
 
+  // Releases every pooled block and serves all later requests from the base allocator.
+  void disable() { configure(std::numeric_limits<int64_t>::max(), 0); }
+
   c10::DataPtr allocate(size_t n) const override {
     if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
     std::lock_guard<std::mutex> lock(mu_);
@@ -81,7 +108,7 @@ class LargeBlockCache final : public c10::Allocator {
       cached_ -= static_cast<int64_t>(b->size);
       ++hits_;
     } else {
-      b = new Block{base_->allocate(n), n, {}};
+      b = new Block{base_->allocate(n), n, {}, {}};
     }
     void* data = b->inner.get();
     out_.emplace(data, b);
@@ -103,7 +130,9 @@ class LargeBlockCache final : public c10::Allocator {
   struct Block {
     c10::DataPtr inner;  // returns the memory to the base allocator when destroyed
     size_t size;
+    // Its places in the two indexes while it is pooled.
     std::list<Block*>::iterator age;
+    std::multimap<size_t, Block*>::iterator by_size;
   };
 
   // A pooled block goes back to the pool; anything else came from the base allocator.
@@ -119,7 +148,7 @@ class LargeBlockCache final : public c10::Allocator {
     out_.erase(it);
     by_age_.push_back(b);
     b->age = std::prev(by_age_.end());
-    by_size_.emplace(b->size, b);
+    b->by_size = by_size_.emplace(b->size, b);
     cached_ += static_cast<int64_t>(b->size);
     evict_locked();
     return true;
@@ -130,12 +159,7 @@ class LargeBlockCache final : public c10::Allocator {
     while (cached_ > max_cached_ && !by_age_.empty()) {
       Block* b = by_age_.front();
       by_age_.pop_front();
-      auto range = by_size_.equal_range(b->size);
-      for (auto it = range.first; it != range.second; ++it)
-        if (it->second == b) {
-          by_size_.erase(it);
-          break;
-        }
+      by_size_.erase(b->by_size);
       cached_ -= static_cast<int64_t>(b->size);
       delete b;
     }
@@ -190,7 +214,7 @@ void set_heap_policy(HeapPolicy policy) {
   constexpr int64_t kLarge = 32 * 1024 * 1024;
   if (policy == HeapPolicy::kCaching) {
     mallopt(M_MMAP_MAX, 0);  // no mmap-backed chunks (unmapped on free, faulted on reuse)
-    if (g_cache) configure_large_block_cache(std::numeric_limits<int64_t>::max(), 0);
+    if (g_cache) g_cache->disable();
   } else {
     // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
     mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
