@@ -121,4 +121,4 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"';
     printf '\n'
   done
 } | tee "$OUT/table.md"
-echo "lra: cells are test accuracy % (training accuracy %), wall time (* = since the run was resumed), parameters; commands in $OUT/results.jsonl"
+echo "lra: cells are test accuracy % (training accuracy %), wall time (* = resumed: before 2026-11-23 only the time since the resume), parameters; commands in $OUT/results.jsonl"

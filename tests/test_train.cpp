@@ -94,10 +94,19 @@ TEST(Train, ResumeAfterAStopReproducesTheUninterruptedRun) {
   const auto r_part = train::train(c, part);
   EXPECT_TRUE(r_part.halted);
   EXPECT_EQ(train::read_checkpoint_config(part.out_dir + "/checkpoint.pt").diff(c).size(), 0u);
+  // The checkpoint holds the run's time up to step 7; the resumed run counts on from there.
+  double stored = -1;
+  {
+    models::SequenceModel m(c.model);
+    EXPECT_EQ(train::load_checkpoint(part.out_dir + "/checkpoint.pt", m, nullptr, &stored), 7);
+  }
+  EXPECT_GT(stored, 0);
+  EXPECT_LE(stored, r_part.seconds);
   part.halt_after_step = -1;
   part.resume = true;
   const auto r_resumed = train::train(c, part);
   EXPECT_EQ(r_resumed.steps, 16);
+  EXPECT_GT(r_resumed.seconds, stored);
 
   auto losses = [](const std::string& path) {
     std::vector<double> v;
@@ -143,9 +152,14 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/a.pt.tmp"));
   torch::manual_seed(4);
   models::SequenceModel m2(train::read_checkpoint_config(dir + "/a.pt").model);
-  EXPECT_EQ(train::load_checkpoint(dir + "/a.pt", m2, nullptr), 42);
+  double seconds = -1;
+  EXPECT_EQ(train::load_checkpoint(dir + "/a.pt", m2, nullptr, &seconds), 42);
+  EXPECT_EQ(seconds, 0.0);
   auto p1 = m->parameters(), p2 = m2->parameters();
   for (size_t i = 0; i < p1.size(); ++i) EXPECT_TRUE(at::equal(p1[i], p2[i]));
+  train::save_checkpoint(dir + "/timed.pt", m, nullptr, c, 43, data::Tokenizer::bytes(), 12.5);
+  EXPECT_EQ(train::load_checkpoint(dir + "/timed.pt", m2, nullptr, &seconds), 43);
+  EXPECT_EQ(seconds, 12.5);
 
   // Truncated file: clear error naming it; the good file stays readable.
   std::ifstream in(dir + "/a.pt", std::ios::binary);

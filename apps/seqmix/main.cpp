@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -425,10 +424,7 @@ int main(int argc, char** argv) {
       seqmix::train::TrainOptions opts;
       opts.out_dir = out;
       opts.resume = resume;
-      const auto t0 = std::chrono::steady_clock::now();
       const auto r = seqmix::train::train(config, opts);
-      const double wall =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!config.data.task.empty()) {
         fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
                                           {"task", config.data.task},
@@ -439,7 +435,7 @@ int main(int argc, char** argv) {
                                           {"test_loss", r.test_loss},
                                           {"train_accuracy", r.train_accuracy},
                                           {"parameters", config.model.num_parameters()},
-                                          {"seconds", wall},
+                                          {"seconds", r.seconds},
                                           {"out", out}}
                                .dump());
         return 0;
@@ -450,6 +446,7 @@ int main(int argc, char** argv) {
                                         {"loss", r.eval_loss},
                                         {"perplexity", r.eval_perplexity},
                                         {"bpc", r.eval_bpc},
+                                        {"seconds", r.seconds},
                                         {"out", out}}
                              .dump());
       return 0;

@@ -91,11 +91,12 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
 
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
-                     const data::Tokenizer& tokenizer) {
+                     const data::Tokenizer& tokenizer, double train_seconds) {
   torch::serialize::OutputArchive ar;
   ar.write("format", c10::IValue(std::string(kFormat)));
   ar.write("config", c10::IValue(config.to_toml()));
   ar.write("step", c10::IValue(step));
+  ar.write("train_seconds", c10::IValue(train_seconds));
   if (!tokenizer.is_bytes()) {
     // As raw bytes: a serialized protobuf is not valid UTF-8 text.
     const std::string& proto = tokenizer.serialized();
@@ -173,11 +174,15 @@ data::Tokenizer read_checkpoint_tokenizer(const std::string& path) {
 }
 
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
-                        torch::optim::Optimizer* optimizer) {
+                        torch::optim::Optimizer* optimizer, double* train_seconds) {
   auto ar = open_archive(path);
   c10::IValue step;
   if (!ar.try_read("step", step) || !step.isInt())
     throw std::runtime_error("checkpoint '" + path + "' holds no step");
+  if (train_seconds) {
+    c10::IValue s;
+    *train_seconds = ar.try_read("train_seconds", s) && s.isDouble() ? s.toDouble() : 0.0;
+  }
   try {
     torch::serialize::InputArchive model_ar;
     ar.read("model", model_ar);

@@ -201,6 +201,12 @@ std::string nonfinite(double loss, models::SequenceModel& model) {
 }  // namespace
 
 TrainResult train(const RunConfig& requested, const TrainOptions& options) {
+  const auto t_entry = std::chrono::steady_clock::now();
+  double seconds_before = 0;  // the run's time before this resume
+  auto run_seconds = [&] {
+    return seconds_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
+  };
   if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
   const fs::path out(options.out_dir);
   const fs::path ckpt_path = out / "checkpoint.pt";
@@ -267,7 +273,8 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   models::SequenceModel model(config.model);
   auto optimizer = make_optimizer(model, t);
   int64_t start = 0;
-  if (options.resume) start = load_checkpoint(ckpt_path.string(), model, optimizer.get());
+  if (options.resume)
+    start = load_checkpoint(ckpt_path.string(), model, optimizer.get(), &seconds_before);
 
   const fs::path metrics_path = out / "metrics.jsonl";
   TrainResult result;
@@ -299,7 +306,8 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
   int64_t last_checkpoint = start;
   auto checkpoint = [&](int64_t step) {
-    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer);
+    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer,
+                    run_seconds());
     last_checkpoint = step;
   };
 
@@ -392,6 +400,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       progress->finish();
       result.steps = done;
       result.halted = true;
+      result.seconds = run_seconds();
       return result;
     }
   }
@@ -399,6 +408,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   if (start >= t.max_steps) checkpoint(t.max_steps);
   objective.held_out(std::max(start, t.max_steps), true);
   result.steps = std::max(start, t.max_steps);
+  result.seconds = run_seconds();
   return result;
 }
 

@@ -14,11 +14,15 @@
 
 namespace seqmix::train {
 
+/// Writes the configuration, `step`, the weights, the optimizer and RNG state (if `optimizer`
+/// is given), the tokenizer (unless bytes) and `train_seconds`, the run's wall time so far
+/// (a resumed run continues counting from it).
 /// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
 ///         any, is left as it was).
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
-                     const data::Tokenizer& tokenizer = data::Tokenizer::bytes());
+                     const data::Tokenizer& tokenizer = data::Tokenizer::bytes(),
+                     double train_seconds = 0);
 
 /// Reads only the configuration stored in a checkpoint.
 /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint, or
@@ -31,10 +35,12 @@ RunConfig read_checkpoint_config(const std::string& path);
 data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 
 /// Loads weights (and, if `optimizer` is given, the optimizer state and the RNG state) into a
-/// model built from read_checkpoint_config(path). Returns the step stored.
+/// model built from read_checkpoint_config(path). Returns the step stored; if
+/// `train_seconds` is given, sets it to the run's wall time stored with it (0 for checkpoints
+/// written before seqmix recorded it).
 /// @throws std::runtime_error naming the path and the mismatch.
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
-                        torch::optim::Optimizer* optimizer);
+                        torch::optim::Optimizer* optimizer, double* train_seconds = nullptr);
 
 /// Resolves "a run folder or a checkpoint file" to the checkpoint file.
 /// @throws std::runtime_error if neither exists.

@@ -43,6 +43,10 @@ struct TrainResult {
   double train_accuracy = 0;  ///< the first |test| training examples, in eval mode
   bool halted = false;          ///< stopped by halt_after_step
   int64_t skipped_steps = 0;    ///< steps skipped for a non-finite loss or gradient
+  /// Wall time of the run, seconds: setup, steps and evaluations. A resumed run adds its own
+  /// to the time stored in the checkpoint it resumed from, so steps redone after an
+  /// interruption count once and the time between the checkpoint and the interruption not.
+  double seconds = 0;
 };
 
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
