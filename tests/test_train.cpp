@@ -160,6 +160,15 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
   train::save_checkpoint(dir + "/timed.pt", m, nullptr, c, 43, data::Tokenizer::bytes(), 12.5);
   EXPECT_EQ(train::load_checkpoint(dir + "/timed.pt", m2, nullptr, &seconds), 43);
   EXPECT_EQ(seconds, 12.5);
+  {  // opened once, read three times
+    train::CheckpointFile f(dir + "/timed.pt");
+    EXPECT_EQ(f.config().diff(c).size(), 0u);
+    EXPECT_TRUE(f.tokenizer().is_bytes());
+    seconds = -1;
+    EXPECT_EQ(f.load(m2, nullptr, &seconds), 43);
+    EXPECT_EQ(seconds, 12.5);
+    EXPECT_THROW(train::CheckpointFile(dir + "/missing.pt"), std::runtime_error);
+  }
 
   // Truncated file: clear error naming it; the good file stays readable.
   std::ifstream in(dir + "/a.pt", std::ios::binary);

@@ -128,11 +128,11 @@ int cmd_info() {
 // The model of a run folder or checkpoint, with its configuration and tokenizer.
 seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& config,
                                          seqmix::data::Tokenizer& tokenizer) {
-  const std::string path = seqmix::train::find_checkpoint(run);
-  config = seqmix::train::read_checkpoint_config(path);
-  tokenizer = seqmix::train::read_checkpoint_tokenizer(path);
+  seqmix::train::CheckpointFile checkpoint(seqmix::train::find_checkpoint(run));
+  config = checkpoint.config();
+  tokenizer = checkpoint.tokenizer();
   seqmix::models::SequenceModel model(config.model);
-  seqmix::train::load_checkpoint(path, model, nullptr);
+  checkpoint.load(model, nullptr);
   model->eval();
   return model;
 }

@@ -149,14 +149,24 @@ RunConfig config_in(torch::serialize::InputArchive& ar, const std::string& path)
 }
 }  // namespace
 
-RunConfig read_checkpoint_config(const std::string& path) {
-  auto ar = open_archive(path);
-  return config_in(ar, path);
-}
+CheckpointFile::CheckpointFile(std::string path)
+    : path_(std::move(path)), archive_(open_archive(path_)), config_(config_in(archive_, path_)) {}
+
+RunConfig read_checkpoint_config(const std::string& path) { return CheckpointFile(path).config(); }
 
 data::Tokenizer read_checkpoint_tokenizer(const std::string& path) {
-  auto ar = open_archive(path);
-  const RunConfig config = config_in(ar, path);
+  return CheckpointFile(path).tokenizer();
+}
+
+int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
+                        torch::optim::Optimizer* optimizer, double* train_seconds) {
+  return CheckpointFile(path).load(model, optimizer, train_seconds);
+}
+
+data::Tokenizer CheckpointFile::tokenizer() {
+  const std::string& path = path_;
+  const RunConfig& config = config_;
+  auto& ar = archive_;
   if (config.data.tokenizer == "bytes") return data::Tokenizer::bytes();
   at::Tensor bytes;
   if (!ar.try_read("tokenizer", bytes) || bytes.scalar_type() != at::kByte || bytes.dim() != 1)
@@ -173,9 +183,10 @@ data::Tokenizer read_checkpoint_tokenizer(const std::string& path) {
   return tok;
 }
 
-int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
-                        torch::optim::Optimizer* optimizer, double* train_seconds) {
-  auto ar = open_archive(path);
+int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimizer* optimizer,
+                            double* train_seconds) {
+  const std::string& path = path_;
+  auto& ar = archive_;
   c10::IValue step;
   if (!ar.try_read("step", step) || !step.isInt())
     throw std::runtime_error("checkpoint '" + path + "' holds no step");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <filesystem>
 #include <thread>
 
@@ -211,10 +212,12 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   const fs::path out(options.out_dir);
   const fs::path ckpt_path = out / "checkpoint.pt";
   RunConfig config = requested;
+  std::optional<CheckpointFile> resumed;  // opened once: configuration, tokenizer, state
   if (options.resume) {
     if (!fs::is_regular_file(ckpt_path))
       throw std::runtime_error("--resume: '" + ckpt_path.string() + "' does not exist");
-    const RunConfig stored = read_checkpoint_config(ckpt_path.string());
+    resumed.emplace(ckpt_path.string());
+    const RunConfig& stored = resumed->config();
     // Only the length of the run and how it reports may change on resume; anything else
     // would silently continue a different experiment.
     RunConfig allowed = stored;
@@ -243,7 +246,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   const bool task = !config.data.task.empty();
   if (config.data.tokenizer != "bytes") {
     if (options.resume) {
-      tokenizer = read_checkpoint_tokenizer(ckpt_path.string());
+      tokenizer = resumed->tokenizer();
       if (fs::is_regular_file(config.data.tokenizer) &&
           !data::Tokenizer::load(config.data.tokenizer).same_as(tokenizer))
         throw std::runtime_error("--resume: tokenizer model '" + config.data.tokenizer +
@@ -273,8 +276,10 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   models::SequenceModel model(config.model);
   auto optimizer = make_optimizer(model, t);
   int64_t start = 0;
-  if (options.resume)
-    start = load_checkpoint(ckpt_path.string(), model, optimizer.get(), &seconds_before);
+  if (resumed) {
+    start = resumed->load(model, optimizer.get(), &seconds_before);
+    resumed.reset();  // the archive holds a copy of every tensor
+  }
 
   const fs::path metrics_path = out / "metrics.jsonl";
   TrainResult result;

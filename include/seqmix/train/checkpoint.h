@@ -1,10 +1,11 @@
 #pragma once
 /// @file checkpoint.h
-/// Checkpoints: one file holding the model weights, the optimizer state, the step, the CPU
-/// RNG state, the resolved configuration (TOML) and the tokenizer (SentencePiece models are
+/// Checkpoints: one file holding the model weights, the optimizer state, the step, the run's
+/// wall time, the CPU RNG state, the resolved configuration (TOML) and the tokenizer (SentencePiece models are
 /// stored whole, so a checkpoint decodes its own tokens wherever it is moved). Written to `<path>.tmp` and renamed over
 /// `path`, so an interrupted write never replaces a good checkpoint.
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
 
 #include <string>
 
@@ -41,6 +42,29 @@ data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 /// @throws std::runtime_error naming the path and the mismatch.
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
                         torch::optim::Optimizer* optimizer, double* train_seconds = nullptr);
+
+/// A checkpoint opened once: its archive is verified (zip structure, every entry's CRC-32) and
+/// parsed in the constructor, and config(), tokenizer() and load() read from that. The free
+/// functions above each open the file anew; a caller that needs more than one part (resume,
+/// eval, generate) opens it once here.
+class CheckpointFile {
+ public:
+  /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint,
+  ///         corrupt, or holds an invalid configuration.
+  explicit CheckpointFile(std::string path);
+  const std::string& path() const { return path_; }
+  const RunConfig& config() const { return config_; }
+  /// As read_checkpoint_tokenizer().
+  data::Tokenizer tokenizer();
+  /// As load_checkpoint().
+  int64_t load(models::SequenceModel& model, torch::optim::Optimizer* optimizer,
+               double* train_seconds = nullptr);
+
+ private:
+  std::string path_;
+  torch::serialize::InputArchive archive_;
+  RunConfig config_;
+};
 
 /// Resolves "a run folder or a checkpoint file" to the checkpoint file.
 /// @throws std::runtime_error if neither exists.
