@@ -367,6 +367,12 @@ TEST(Cli, TaskTrainAndEvalReportAccuracy) {
   r = run("eval " + dir + "/run --split dev");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("--split"), std::string::npos) << r.output;
+  // A causal classifier has an LM head, never trained: generation is refused.
+  r = run("train --task listops --model weird-net" + small + "--out " + dir + "/decoder");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("generate " + dir + "/decoder --max-new-tokens 2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("the model is a classifier"), std::string::npos) << r.output;
   r = run("train --task listop --out " + dir + "/bad");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("unknown task 'listop'"), std::string::npos) << r.output;

@@ -37,12 +37,24 @@ at::Tensor sample_next(const at::Tensor& logits_in, const SamplingOptions& o,
   return at::multinomial(probs, 1, false, generator).squeeze(-1);
 }
 
+namespace {
+void check_language_model(models::SequenceModel& model) {
+  if (!model->config().causal)
+    throw std::invalid_argument("generate: the model is an encoder (model.causal = false)");
+  // A classifier's LM head is never trained: its "text" would be noise.
+  if (model->config().n_classes > 0)
+    throw std::invalid_argument(
+        "generate: the model is a classifier (model.n_classes = " +
+        std::to_string(model->config().n_classes) +
+        ", trained on a task); generation needs a language model");
+}
+}  // namespace
+
 data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
                                int64_t max_new_tokens, const SamplingOptions& options,
                                uint64_t seed, const std::function<void(int32_t)>& on_token) {
   validate(options);
-  if (!model->config().causal)
-    throw std::invalid_argument("generate: the model is an encoder (model.causal = false)");
+  check_language_model(model);
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no tokens");
   const int64_t V = model->config().vocab_size;
   for (const int32_t id : prompt)
@@ -86,6 +98,7 @@ std::string generate_text(models::SequenceModel& model, const data::Tokenizer& t
                           const std::string& prompt, int64_t max_new_tokens,
                           const SamplingOptions& options, uint64_t seed,
                           const std::function<void(const std::string&)>& on_text) {
+  check_language_model(model);  // before the vocabulary: a task's differs, and says less
   if (model->config().vocab_size != tokenizer.vocab_size())
     throw std::invalid_argument("generate: the model has vocab_size " +
                                 std::to_string(model->config().vocab_size) +

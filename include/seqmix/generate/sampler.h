@@ -31,8 +31,8 @@ at::Tensor sample_next(const at::Tensor& logits, const SamplingOptions& options,
 /// position reaches max_len the state is rebuilt from the last max_len / 2 tokens (a sliding
 /// window), since learned positions end there. `on_token` (optional) sees each new token.
 /// @return the generated tokens (without the prompt).
-/// @throws std::invalid_argument for an encoder model, an empty prompt, a prompt token outside
-///         the vocabulary, or bad options.
+/// @throws std::invalid_argument for an encoder or a classifier (n_classes > 0), an empty
+///         prompt, a prompt token outside the vocabulary, or bad options.
 data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
                                int64_t max_new_tokens, const SamplingOptions& options,
                                uint64_t seed, const std::function<void(int32_t)>& on_token = {});
