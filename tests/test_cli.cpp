@@ -315,6 +315,28 @@ TEST(Cli, InfoNamesTheBlasKernels) {
   EXPECT_EQ(r.output.find("OPENBLAS_CORETYPE"), std::string::npos) << r.output;
 }
 
+// The large-block pool's limit comes from the environment; a bad value stops every command
+// before it starts, naming the variable.
+TEST(Cli, LargeBlockPoolLimitFromTheEnvironment) {
+  auto r = run("info", "SEQMIX_LARGE_BLOCK_CACHE_MIB=512");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("up to 512 MiB (SEQMIX_LARGE_BLOCK_CACHE_MIB=512)"), std::string::npos)
+      << r.output;
+  r = run("info", "SEQMIX_LARGE_BLOCK_CACHE_MIB=0");
+  EXPECT_NE(r.output.find("Large-block pool: off (SEQMIX_LARGE_BLOCK_CACHE_MIB=0)"),
+            std::string::npos)
+      << r.output;
+  r = run("info", "-u SEQMIX_LARGE_BLOCK_CACHE_MIB");
+  EXPECT_NE(r.output.find("MiB (default;"), std::string::npos) << r.output;
+  for (const char* bad : {"-1", "2GB", "", "99999999999999"}) {
+    r = run("info", std::string("SEQMIX_LARGE_BLOCK_CACHE_MIB=") + bad);
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_NE(r.output.find("SEQMIX_LARGE_BLOCK_CACHE_MIB: expected a whole number of MiB"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 TEST(Cli, DataListOpsWritesLraTsv) {
   const std::string dir = seqmix::testing::temp_dir("cli-listops");
   auto r = run("data listops --out " + dir + " --train 20 --valid 2 --test 3 --min-length 10 "

@@ -122,6 +122,14 @@ int cmd_info() {
       "  language modelling\n"
       "With a SentencePiece tokenizer (--tokenizer) the embedding and head grow to its size.\n");
   fmt::print("\nBLAS: {}\n", seqmix::util::blas_description());
+  const char* pool_env = std::getenv("SEQMIX_LARGE_BLOCK_CACHE_MIB");
+  const int64_t pool_mib = seqmix::util::large_block_cache_limit() >> 20;
+  fmt::print("Large-block pool: {}{}\n",
+             pool_mib > 0
+                 ? fmt::format("freed tensors of >= 32 MiB kept for reuse, up to {} MiB", pool_mib)
+                 : std::string("off"),
+             pool_env ? fmt::format(" (SEQMIX_LARGE_BLOCK_CACHE_MIB={})", pool_env)
+                      : std::string(" (default; SEQMIX_LARGE_BLOCK_CACHE_MIB sets it)"));
   return 0;
 }
 
@@ -142,7 +150,12 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 int main(int argc, char** argv) {
   // Shapes vary between training steps (padded batches of varying length): bounded. The
   // benchmarks switch to kCaching below (their shapes repeat exactly).
-  seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kBounded);
+  try {
+    seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kBounded);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seqmix: error: %s\n", e.what());
+    return 1;
+  }
   // Past a file-size limit (ulimit -f) a write should fail like one on a full disk, with an
   // error the checkpoint code reports, not kill the process mid-file.
   std::signal(SIGXFSZ, SIG_IGN);

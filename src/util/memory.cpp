@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <iterator>
 #include <limits>
@@ -125,6 +126,10 @@ class LargeBlockCache final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     return hits_;
   }
+  int64_t max_cached() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_cached_;
+  }
 
  private:
   struct Block {
@@ -195,6 +200,26 @@ void configure_large_block_cache(int64_t min_bytes, int64_t max_cached_bytes) {
 
 int64_t large_block_cache_bytes() { return g_cache ? g_cache->cached_bytes() : 0; }
 int64_t large_block_cache_hits() { return g_cache ? g_cache->hits() : 0; }
+int64_t large_block_cache_limit() { return g_cache ? g_cache->max_cached() : 0; }
+
+int64_t large_block_cache_limit_from_env() {
+  const char* name = "SEQMIX_LARGE_BLOCK_CACHE_MIB";
+  const char* env = std::getenv(name);
+  if (!env) {
+    const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    return std::clamp<int64_t>(ram / 4, 0, int64_t{8} << 30);
+  }
+  const std::string text(env);
+  // Whole MiB, at most 2^40 (a petabyte): no sign, no suffix, no overflow when scaled.
+  const bool digits = !text.empty() && text.size() <= 13 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int64_t mib = digits ? std::stoll(text) : -1;
+  if (mib < 0 || mib > (int64_t{1} << 40))
+    throw std::invalid_argument(std::string(name) +
+                                ": expected a whole number of MiB (0 turns the large-block pool "
+                                "off), got '" + text + "'");
+  return mib << 20;
+}
 
 void install_memory_counter() {
   static CountingAllocator counting(c10::GetDefaultCPUAllocator());
@@ -218,9 +243,9 @@ void set_heap_policy(HeapPolicy policy) {
   } else {
     // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
     mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
-    // The mapped blocks are pooled, up to a quarter of physical memory (at most 8 GiB).
-    const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-    configure_large_block_cache(kLarge, std::clamp<int64_t>(ram / 4, 0, int64_t{8} << 30));
+    // The mapped blocks are pooled, up to a quarter of physical memory (at most 8 GiB) unless
+    // the environment says otherwise.
+    configure_large_block_cache(kLarge, large_block_cache_limit_from_env());
   }
 }
 

@@ -30,14 +30,24 @@ enum class HeapPolicy {
   /// steps of a model with softmax attention).
   kCaching,
   /// Requests of 32 MiB and more (glibc's largest mmap threshold) get their own mapping;
-  /// freed, they wait in the large-block pool (configure_large_block_cache; up to a quarter of
-  /// physical memory, at most 8 GiB) for a request of about their size, and go back to the
+  /// freed, they wait in the large-block pool (configure_large_block_cache; up to
+  /// large_block_cache_limit_from_env()) for a request of about their size, and go back to the
   /// system when the pool is full. Smaller requests as kCaching. Resident memory stays bounded
   /// whatever the shapes (4.9 GB in the same ListOps run before the pool). Training,
   /// evaluation, generation.
   kBounded,
 };
+/// @throws std::invalid_argument (kBounded) if SEQMIX_LARGE_BLOCK_CACHE_MIB is set but not a
+///         whole number of MiB.
 void set_heap_policy(HeapPolicy policy);
+
+/// The large-block pool's limit for HeapPolicy::kBounded, bytes: SEQMIX_LARGE_BLOCK_CACHE_MIB
+/// (MiB; 0 turns the pool off) when set, else a quarter of physical memory, at most 8 GiB.
+/// The pool trades memory for speed; processes sharing a machine may each hold this much in
+/// idle blocks, so lower it when several runs share one.
+/// @throws std::invalid_argument naming the variable if its value is not a whole number of
+///         MiB in [0, 2^40].
+int64_t large_block_cache_limit_from_env();
 
 /// Keeps freed CPU tensor blocks of at least `min_bytes` for reuse, up to `max_cached_bytes`
 /// held at once (least recently freed blocks go back to the system first): the large-block
@@ -57,5 +67,7 @@ void configure_large_block_cache(int64_t min_bytes, int64_t max_cached_bytes);
 /// the program started (0 before configure_large_block_cache).
 int64_t large_block_cache_bytes();
 int64_t large_block_cache_hits();
+/// The pool's current limit, bytes (0 before configure_large_block_cache).
+int64_t large_block_cache_limit();
 
 }  // namespace seqmix::util
