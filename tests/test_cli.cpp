@@ -299,37 +299,35 @@ TEST(Cli, BenchJsonRows) {
   EXPECT_NE(r.output.find("unknown op 'aib_fast'"), std::string::npos) << r.output;
 }
 
+// `seqmix info` with `env` (an `env` argument list) succeeds and prints `text`.
+void expect_info_says(const std::string& env, const std::string& text) {
+  const auto r = run("info", env);
+  EXPECT_EQ(r.code, 0) << env << "\n" << r.output;
+  EXPECT_NE(r.output.find(text), std::string::npos) << env << "\n" << r.output;
+}
+
 // The BLAS line reads the loaded library: it follows OPENBLAS_CORETYPE, which OpenBLAS reads
 // when it is loaded, and says when the environment chose the kernels.
 TEST(Cli, InfoNamesTheBlasKernels) {
-  auto r = run("info", "OPENBLAS_CORETYPE=Haswell");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("BLAS: OpenBLAS Haswell (OPENBLAS_CORETYPE=Haswell)\n"), std::string::npos)
-      << r.output;
-  r = run("info", "OPENBLAS_CORETYPE=Prescott");
-  EXPECT_NE(r.output.find("BLAS: OpenBLAS Prescott (OPENBLAS_CORETYPE=Prescott)\n"), std::string::npos)
-      << r.output;
-  r = run("info", "-u OPENBLAS_CORETYPE");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("BLAS: OpenBLAS "), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("OPENBLAS_CORETYPE"), std::string::npos) << r.output;
+  expect_info_says("OPENBLAS_CORETYPE=Haswell",
+                   "BLAS: OpenBLAS Haswell (OPENBLAS_CORETYPE=Haswell)\n");
+  expect_info_says("OPENBLAS_CORETYPE=Prescott",
+                   "BLAS: OpenBLAS Prescott (OPENBLAS_CORETYPE=Prescott)\n");
+  expect_info_says("-u OPENBLAS_CORETYPE", "BLAS: OpenBLAS ");
+  EXPECT_EQ(run("info", "-u OPENBLAS_CORETYPE").output.find("OPENBLAS_CORETYPE"),
+            std::string::npos);
 }
 
 // The large-block pool's limit comes from the environment; a bad value stops every command
 // before it starts, naming the variable.
 TEST(Cli, LargeBlockPoolLimitFromTheEnvironment) {
-  auto r = run("info", "SEQMIX_LARGE_BLOCK_CACHE_MIB=512");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("up to 512 MiB (SEQMIX_LARGE_BLOCK_CACHE_MIB=512)"), std::string::npos)
-      << r.output;
-  r = run("info", "SEQMIX_LARGE_BLOCK_CACHE_MIB=0");
-  EXPECT_NE(r.output.find("Large-block pool: off (SEQMIX_LARGE_BLOCK_CACHE_MIB=0)"),
-            std::string::npos)
-      << r.output;
-  r = run("info", "-u SEQMIX_LARGE_BLOCK_CACHE_MIB");
-  EXPECT_NE(r.output.find("MiB (default;"), std::string::npos) << r.output;
+  expect_info_says("SEQMIX_LARGE_BLOCK_CACHE_MIB=512",
+                   "up to 512 MiB (SEQMIX_LARGE_BLOCK_CACHE_MIB=512)");
+  expect_info_says("SEQMIX_LARGE_BLOCK_CACHE_MIB=0",
+                   "Large-block pool: off (SEQMIX_LARGE_BLOCK_CACHE_MIB=0)");
+  expect_info_says("-u SEQMIX_LARGE_BLOCK_CACHE_MIB", "MiB (default;");
   for (const char* bad : {"-1", "2GB", "", "99999999999999"}) {
-    r = run("info", std::string("SEQMIX_LARGE_BLOCK_CACHE_MIB=") + bad);
+    const Result r = run("info", std::string("SEQMIX_LARGE_BLOCK_CACHE_MIB=") + bad);
     EXPECT_EQ(r.code, 1) << bad;
     EXPECT_NE(r.output.find("SEQMIX_LARGE_BLOCK_CACHE_MIB: expected a whole number of MiB"),
               std::string::npos)
