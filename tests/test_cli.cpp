@@ -326,6 +326,7 @@ TEST(Cli, LargeBlockPoolLimitFromTheEnvironment) {
   expect_info_says("SEQMIX_LARGE_BLOCK_CACHE_MIB=0",
                    "Large-block pool: off (SEQMIX_LARGE_BLOCK_CACHE_MIB=0)");
   expect_info_says("-u SEQMIX_LARGE_BLOCK_CACHE_MIB", "MiB (default;");
+  expect_info_says("-u SEQMIX_LARGE_BLOCK_CACHE_MIB", "transparent huge pages");
   for (const char* bad : {"-1", "2GB", "", "99999999999999"}) {
     const Result r = run("info", std::string("SEQMIX_LARGE_BLOCK_CACHE_MIB=") + bad);
     EXPECT_EQ(r.code, 1) << bad;

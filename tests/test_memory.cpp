@@ -1,12 +1,15 @@
 // The large-block pool (util::configure_large_block_cache): freed blocks are reused by requests
 // of about their size, the pool never holds more than its limit, the oldest go first, small
-// requests are not pooled, and LibTorch's raw allocation path works through it.
+// requests are not pooled, LibTorch's raw allocation path works through it, and fresh blocks
+// are backed by transparent huge pages where the kernel offers them.
 #include <gtest/gtest.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
+#include <fstream>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "seqmix/util/memory.h"
@@ -113,6 +116,46 @@ TEST_F(LargeBlockCache, AutogradStepsAreServedFromThePool) {
   }
   EXPECT_GT(seqmix::util::large_block_cache_hits(), hits);
   EXPECT_TRUE(torch::equal(grads[0], grads[1]));
+}
+
+// Bytes of anonymous memory of this process on transparent huge pages.
+int64_t anon_huge_page_bytes() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key) {
+    if (key == "AnonHugePages:") {
+      in >> kib;
+      return kib * 1024;
+    }
+    in.ignore(4096, '\n');
+  }
+  return 0;
+}
+
+TEST_F(LargeBlockCache, FreshBlocksGetTransparentHugePages) {
+  const std::string mode = seqmix::util::transparent_huge_pages_mode();
+  if (mode != "madvise" && mode != "always")
+    GTEST_SKIP() << "the kernel offers no transparent huge pages here (mode '" << mode << "')";
+  const int64_t before = anon_huge_page_bytes();
+  at::Tensor t = bytes(64 * kMiB);  // no pooled block of this size: a fresh one
+  t.fill_(1);                       // the first touch faults the pages in
+  // At least the 2 MiB-aligned part of the block (62 MiB or more), give or take what the rest
+  // of the process did meanwhile; with 4 KiB pages this stays at `before`.
+  EXPECT_GE(anon_huge_page_bytes() - before, 32 * kMiB);
+  EXPECT_EQ(t.sum().item<int64_t>(), 64 * kMiB);
+}
+
+TEST(TransparentHugePages, ModeIsTheBracketedWordOfTheKernelSetting) {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    EXPECT_EQ(seqmix::util::transparent_huge_pages_mode(), "");
+    return;
+  }
+  const std::string mode = seqmix::util::transparent_huge_pages_mode();
+  EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never") << mode;
+  EXPECT_NE(line.find("[" + mode + "]"), std::string::npos) << line;
 }
 
 }  // namespace

@@ -122,14 +122,7 @@ int cmd_info() {
       "  language modelling\n"
       "With a SentencePiece tokenizer (--tokenizer) the embedding and head grow to its size.\n");
   fmt::print("\nBLAS: {}\n", seqmix::util::blas_description());
-  const char* pool_env = std::getenv("SEQMIX_LARGE_BLOCK_CACHE_MIB");
-  const int64_t pool_mib = seqmix::util::large_block_cache_limit() >> 20;
-  fmt::print("Large-block pool: {}{}\n",
-             pool_mib > 0
-                 ? fmt::format("freed tensors of >= 32 MiB kept for reuse, up to {} MiB", pool_mib)
-                 : std::string("off"),
-             pool_env ? fmt::format(" (SEQMIX_LARGE_BLOCK_CACHE_MIB={})", pool_env)
-                      : std::string(" (default; SEQMIX_LARGE_BLOCK_CACHE_MIB sets it)"));
+  fmt::print("Large-block pool: {}\n", seqmix::util::large_block_pool_description());
   return 0;
 }
 

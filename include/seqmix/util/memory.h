@@ -4,6 +4,7 @@
 /// one and counts live bytes. Once installed, every CPU tensor allocation (including kernel
 /// scratch made with at::empty) is counted; memory allocated inside BLAS or with new is not.
 #include <cstdint>
+#include <string>
 
 namespace seqmix::util {
 
@@ -42,7 +43,7 @@ enum class HeapPolicy {
 void set_heap_policy(HeapPolicy policy);
 
 /// The large-block pool's limit for HeapPolicy::kBounded, bytes: SEQMIX_LARGE_BLOCK_CACHE_MIB
-/// (MiB; 0 turns the pool off) when set, else a quarter of physical memory, at most 8 GiB.
+/// (MiB; 0 turns the pool off) when set, else a quarter of physical memory, at most 2 GiB.
 /// The pool trades memory for speed; processes sharing a machine may each hold this much in
 /// idle blocks, so lower it when several runs share one.
 /// @throws std::invalid_argument naming the variable if its value is not a whole number of
@@ -56,7 +57,10 @@ int64_t large_block_cache_limit_from_env();
 /// its large activations and attention scores again; on a paravirtualised host that took
 /// most of the time of a Transformer step (docs/RESULTS.md). A request reuses the smallest
 /// cached block that is at least as large and at most 1/8 larger, so resident memory is at
-/// most the live tensors, plus that slack, plus `max_cached_bytes`.
+/// most the live tensors, plus that slack, plus `max_cached_bytes`. A block the pool takes
+/// fresh from the system is advised (madvise MADV_HUGEPAGE) onto 2 MiB transparent huge pages
+/// before its first touch: 512 times fewer page faults, which on a paravirtualised host made
+/// Transformer training steps about 4x faster (docs/RESULTS.md, "Huge pages for large blocks").
 /// The first call installs the pool as LibTorch's CPU allocator (above the default, below the
 /// counting allocator of install_memory_counter); later calls change the limits and release
 /// what no longer fits. Thread-safe. Executables only (it changes the host's allocator).
@@ -69,5 +73,13 @@ int64_t large_block_cache_bytes();
 int64_t large_block_cache_hits();
 /// The pool's current limit, bytes (0 before configure_large_block_cache).
 int64_t large_block_cache_limit();
+
+/// The kernel's transparent-huge-page mode ("always", "madvise", "never"), from
+/// /sys/kernel/mm/transparent_hugepage/enabled; empty if the system has none.
+std::string transparent_huge_pages_mode();
+
+/// One line for `seqmix info`: the pool's limit, where the limit came from, and whether large
+/// blocks get transparent huge pages.
+std::string large_block_pool_description();
 
 }  // namespace seqmix::util
