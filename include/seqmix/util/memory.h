@@ -60,7 +60,7 @@ int64_t large_block_cache_limit_from_env();
 /// most the live tensors, plus that slack, plus `max_cached_bytes`. A block the pool takes
 /// fresh from the system is advised (madvise MADV_HUGEPAGE) onto 2 MiB transparent huge pages
 /// before its first touch: 512 times fewer page faults, which on a paravirtualised host made
-/// Transformer training steps about 4x faster (docs/RESULTS.md, "Huge pages for large blocks").
+/// Transformer training about 2x faster (docs/RESULTS.md, "Huge pages for large blocks").
 /// The first call installs the pool as LibTorch's CPU allocator (above the default, below the
 /// counting allocator of install_memory_counter); later calls change the limits and release
 /// what no longer fits. Thread-safe. Executables only (it changes the host's allocator).
