@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tokenizer.h"
@@ -104,8 +105,13 @@ TEST(Train, ResumeAfterAStopReproducesTheUninterruptedRun) {
   EXPECT_LE(stored, r_part.seconds);
   part.halt_after_step = -1;
   part.resume = true;
+  // As `seqmix train --resume` does: the checkpoint the configuration came from, opened once
+  // and handed over; the trainer frees its archive after loading.
+  part.checkpoint = std::make_shared<train::CheckpointFile>(part.out_dir + "/checkpoint.pt");
   const auto r_resumed = train::train(c, part);
   EXPECT_EQ(r_resumed.steps, 16);
+  EXPECT_THROW(part.checkpoint->tokenizer(), std::logic_error);
+  EXPECT_EQ(part.checkpoint->config().diff(c).size(), 0u);
   EXPECT_GT(r_resumed.seconds, stored);
 
   auto losses = [](const std::string& path) {
@@ -167,6 +173,9 @@ TEST(Checkpoint, RoundTripAndCorruptFiles) {
     seconds = -1;
     EXPECT_EQ(f.load(m2, nullptr, &seconds), 43);
     EXPECT_EQ(seconds, 12.5);
+    f.close();
+    EXPECT_EQ(f.config().diff(c).size(), 0u);
+    EXPECT_THROW(f.load(m2, nullptr), std::logic_error);
     EXPECT_THROW(train::CheckpointFile(dir + "/missing.pt"), std::runtime_error);
   }
 

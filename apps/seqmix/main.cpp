@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "seqmix/bench/ops_bench.h"
@@ -413,12 +414,13 @@ int main(int argc, char** argv) {
     }
 
     if (train->parsed()) {
-      RunConfig base;
       const RunConfig* base_ptr = nullptr;
+      std::shared_ptr<seqmix::train::CheckpointFile> checkpoint;  // read once, here
       if (resume) {
         if (out.empty()) throw std::runtime_error("--resume needs --out <run folder>");
-        base = seqmix::train::read_checkpoint_config(seqmix::train::find_checkpoint(out));
-        base_ptr = &base;
+        checkpoint = std::make_shared<seqmix::train::CheckpointFile>(
+            seqmix::train::find_checkpoint(out));
+        base_ptr = &checkpoint->config();
       }
       const RunConfig config =
           seqmix::train::resolve_config(train_flags.config_path, train_flags.overrides(), base_ptr);
@@ -430,6 +432,7 @@ int main(int argc, char** argv) {
       seqmix::train::TrainOptions opts;
       opts.out_dir = out;
       opts.resume = resume;
+      opts.checkpoint = std::move(checkpoint);
       const auto r = seqmix::train::train(config, opts);
       if (!config.data.task.empty()) {
         fmt::print("{}\n", nlohmann::json{{"steps", r.steps},

@@ -163,40 +163,48 @@ int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
   return CheckpointFile(path).load(model, optimizer, train_seconds);
 }
 
+void CheckpointFile::close() {
+  archive_ = torch::serialize::InputArchive();
+  closed_ = true;
+}
+
+void CheckpointFile::check_open(const char* what) const {
+  if (closed_)
+    throw std::logic_error(std::string("CheckpointFile::") + what + ": checkpoint '" + path_ +
+                           "' was closed after its state was loaded");
+}
+
 data::Tokenizer CheckpointFile::tokenizer() {
-  const std::string& path = path_;
-  const RunConfig& config = config_;
-  auto& ar = archive_;
-  if (config.data.tokenizer == "bytes") return data::Tokenizer::bytes();
+  check_open("tokenizer");
+  if (config_.data.tokenizer == "bytes") return data::Tokenizer::bytes();
   at::Tensor bytes;
-  if (!ar.try_read("tokenizer", bytes) || bytes.scalar_type() != at::kByte || bytes.dim() != 1)
-    throw std::runtime_error("checkpoint '" + path + "' was trained with tokenizer '" +
-                             config.data.tokenizer + "' but holds no tokenizer model");
+  if (!archive_.try_read("tokenizer", bytes) || bytes.scalar_type() != at::kByte || bytes.dim() != 1)
+    throw std::runtime_error("checkpoint '" + path_ + "' was trained with tokenizer '" +
+                             config_.data.tokenizer + "' but holds no tokenizer model");
   bytes = bytes.contiguous();
   const std::string proto(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
                           static_cast<size_t>(bytes.numel()));
-  auto tok = data::Tokenizer::from_serialized(proto, "the tokenizer in checkpoint '" + path + "'");
-  if (tok.vocab_size() != config.model.vocab_size)
-    throw std::runtime_error("checkpoint '" + path + "': its tokenizer has " +
+  auto tok = data::Tokenizer::from_serialized(proto, "the tokenizer in checkpoint '" + path_ + "'");
+  if (tok.vocab_size() != config_.model.vocab_size)
+    throw std::runtime_error("checkpoint '" + path_ + "': its tokenizer has " +
                              std::to_string(tok.vocab_size()) + " pieces but model.vocab_size is " +
-                             std::to_string(config.model.vocab_size));
+                             std::to_string(config_.model.vocab_size));
   return tok;
 }
 
 int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimizer* optimizer,
                             double* train_seconds) {
-  const std::string& path = path_;
-  auto& ar = archive_;
+  check_open("load");
   c10::IValue step;
-  if (!ar.try_read("step", step) || !step.isInt())
-    throw std::runtime_error("checkpoint '" + path + "' holds no step");
+  if (!archive_.try_read("step", step) || !step.isInt())
+    throw std::runtime_error("checkpoint '" + path_ + "' holds no step");
   if (train_seconds) {
     c10::IValue s;
-    *train_seconds = ar.try_read("train_seconds", s) && s.isDouble() ? s.toDouble() : 0.0;
+    *train_seconds = archive_.try_read("train_seconds", s) && s.isDouble() ? s.toDouble() : 0.0;
   }
   try {
     torch::serialize::InputArchive model_ar;
-    ar.read("model", model_ar);
+    archive_.read("model", model_ar);
     // Module::load adopts whatever shape it reads; a silent resize would hide an
     // incompatible checkpoint, so compare against the shapes the config gave the model.
     std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
@@ -213,17 +221,17 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
     }
     if (optimizer) {
       torch::serialize::InputArchive opt_ar;
-      ar.read("optimizer", opt_ar);
+      archive_.read("optimizer", opt_ar);
       optimizer->load(opt_ar);
       at::Tensor rng;
-      ar.read("rng", rng);
+      archive_.read("rng", rng);
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       gen.set_state(rng);
     }
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error("checkpoint '" + path + "' does not fit this model: " + e.what());
+    throw std::runtime_error("checkpoint '" + path_ + "' does not fit this model: " + e.what());
   } catch (const std::exception& e) {  // c10::Error, torch::jit::ErrorReport, ...
-    throw std::runtime_error("checkpoint '" + path + "' does not fit this model (" + brief(e) +
+    throw std::runtime_error("checkpoint '" + path_ + "' does not fit this model (" + brief(e) +
                              ")");
   }
   return step.toInt();

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <filesystem>
 #include <thread>
 
@@ -212,11 +211,14 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   const fs::path out(options.out_dir);
   const fs::path ckpt_path = out / "checkpoint.pt";
   RunConfig config = requested;
-  std::optional<CheckpointFile> resumed;  // opened once: configuration, tokenizer, state
+  std::shared_ptr<CheckpointFile> resumed;  // opened once: configuration, tokenizer, state
   if (options.resume) {
-    if (!fs::is_regular_file(ckpt_path))
-      throw std::runtime_error("--resume: '" + ckpt_path.string() + "' does not exist");
-    resumed.emplace(ckpt_path.string());
+    resumed = options.checkpoint;
+    if (!resumed) {
+      if (!fs::is_regular_file(ckpt_path))
+        throw std::runtime_error("--resume: '" + ckpt_path.string() + "' does not exist");
+      resumed = std::make_shared<CheckpointFile>(ckpt_path.string());
+    }
     const RunConfig& stored = resumed->config();
     // Only the length of the run and how it reports may change on resume; anything else
     // would silently continue a different experiment.
@@ -278,7 +280,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   int64_t start = 0;
   if (resumed) {
     start = resumed->load(model, optimizer.get(), &seconds_before);
-    resumed.reset();  // the archive holds a copy of every tensor
+    resumed->close();  // the archive holds a copy of every tensor
   }
 
   const fs::path metrics_path = out / "metrics.jsonl";

@@ -119,21 +119,17 @@ class LargeBlockCache final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t n) const override {
     if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
-    std::lock_guard<std::mutex> lock(mu_);
-    Block* b = nullptr;
-    auto it = by_size_.lower_bound(n);
-    if (it != by_size_.end() && it->first <= n + n / 8) {
-      b = it->second;
-      by_size_.erase(it);
-      by_age_.erase(b->age);
-      cached_ -= static_cast<int64_t>(b->size);
-      ++hits_;
-    } else {
+    Block* b = take_pooled(n);
+    if (!b) {
+      // Outside the lock: the system call and the advice do not hold up other threads.
       b = new Block{base_->allocate(n), n, {}, {}};
       advise_huge_pages(b->inner.get(), n);
     }
     void* data = b->inner.get();
-    out_.emplace(data, b);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out_.emplace(data, b);
+    }
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -160,6 +156,20 @@ class LargeBlockCache final : public c10::Allocator {
     std::list<Block*>::iterator age;
     std::multimap<size_t, Block*>::iterator by_size;
   };
+
+  // The smallest pooled block that holds n bytes and is at most 1/8 larger, taken out of the
+  // pool; nullptr if there is none.
+  Block* take_pooled(size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_size_.lower_bound(n);
+    if (it == by_size_.end() || it->first > n + n / 8) return nullptr;
+    Block* b = it->second;
+    by_size_.erase(it);
+    by_age_.erase(b->age);
+    cached_ -= static_cast<int64_t>(b->size);
+    ++hits_;
+    return b;
+  }
 
   // A pooled block goes back to the pool; anything else came from the base allocator.
   static void release(void* data) {
@@ -224,8 +234,7 @@ int64_t large_block_cache_hits() { return g_cache ? g_cache->hits() : 0; }
 int64_t large_block_cache_limit() { return g_cache ? g_cache->max_cached() : 0; }
 
 int64_t large_block_cache_limit_from_env() {
-  const char* name = kPoolEnv;
-  const char* env = std::getenv(name);
+  const char* env = std::getenv(kPoolEnv);
   if (!env) {
     // With huge pages a fresh block costs little more than a pooled one (RESULTS, "Huge pages
     // for large blocks"): 2 GiB keeps most of the pool's gain, and two runs can share a machine.
@@ -238,7 +247,7 @@ int64_t large_block_cache_limit_from_env() {
                       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   const int64_t mib = digits ? std::stoll(text) : -1;
   if (mib < 0 || mib > (int64_t{1} << 40))
-    throw std::invalid_argument(std::string(name) +
+    throw std::invalid_argument(std::string(kPoolEnv) +
                                 ": expected a whole number of MiB (0 turns the large-block pool "
                                 "off), got '" + text + "'");
   return mib << 20;

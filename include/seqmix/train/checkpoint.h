@@ -52,18 +52,22 @@ class CheckpointFile {
   /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint,
   ///         corrupt, or holds an invalid configuration.
   explicit CheckpointFile(std::string path);
-  const std::string& path() const { return path_; }
   const RunConfig& config() const { return config_; }
   /// As read_checkpoint_tokenizer().
   data::Tokenizer tokenizer();
   /// As load_checkpoint().
   int64_t load(models::SequenceModel& model, torch::optim::Optimizer* optimizer,
                double* train_seconds = nullptr);
+  /// Frees the parsed archive (a copy of every tensor in the file) once its state is loaded;
+  /// config() stays valid, tokenizer() and load() then throw std::logic_error.
+  void close();
 
  private:
   std::string path_;
   torch::serialize::InputArchive archive_;
   RunConfig config_;
+  bool closed_ = false;
+  void check_open(const char* what) const;
 };
 
 /// Resolves "a run folder or a checkpoint file" to the checkpoint file.

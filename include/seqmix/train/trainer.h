@@ -9,6 +9,7 @@
 /// tokenizer.model for SentencePiece runs.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "seqmix/models/sequence_model.h"
@@ -16,9 +17,15 @@
 
 namespace seqmix::train {
 
+class CheckpointFile;  // seqmix/train/checkpoint.h
+
 struct TrainOptions {
   std::string out_dir;  ///< run folder (created if missing)
   bool resume = false;  ///< continue from out_dir/checkpoint.pt
+  /// With `resume`: out_dir/checkpoint.pt already opened by the caller (who read its
+  /// configuration), so the file is read and verified once; opened here when null. Closed
+  /// once its state is loaded.
+  std::shared_ptr<CheckpointFile> checkpoint;
   /// Steps between progress lines when stderr is not a terminal (0 = every log line).
   int64_t report_interval = 0;
   /// Testing aid: return right after the checkpoint written at this step, as if the process
