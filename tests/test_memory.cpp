@@ -6,6 +6,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -97,6 +100,51 @@ TEST_F(LargeBlockCache, SmallRequestsAndRawAllocationsPassThrough) {
 TEST_F(LargeBlockCache, RejectsBadLimits) {
   EXPECT_THROW(seqmix::util::configure_large_block_cache(0, kMiB), std::invalid_argument);
   EXPECT_THROW(seqmix::util::configure_large_block_cache(kMiB, -1), std::invalid_argument);
+}
+
+TEST_F(LargeBlockCache, ReleaseFreeHeapEmptiesThePoolAndKeepsItsLimit) {
+  { bytes(2 * kMiB).fill_(1); }
+  EXPECT_EQ(seqmix::util::large_block_cache_bytes(), 2 * kMiB);
+  seqmix::util::release_free_heap();
+  EXPECT_EQ(seqmix::util::large_block_cache_bytes(), 0);
+  EXPECT_EQ(seqmix::util::large_block_cache_limit(), 8 * kMiB);
+  { bytes(3 * kMiB).fill_(1); }  // and it pools again
+  EXPECT_EQ(seqmix::util::large_block_cache_bytes(), 3 * kMiB);
+}
+
+// `seqmix bench` counts tensor bytes in front of the pool: both see every block.
+TEST_F(LargeBlockCache, CountingAllocatorInFrontOfThePool) {
+  seqmix::util::install_memory_counter();
+  const int64_t live = seqmix::util::live_tensor_bytes();
+  const int64_t hits = seqmix::util::large_block_cache_hits();
+  void* first = nullptr;
+  {
+    at::Tensor t = bytes(2 * kMiB);
+    first = t.data_ptr();
+    EXPECT_EQ(seqmix::util::live_tensor_bytes() - live, 2 * kMiB);
+  }
+  EXPECT_EQ(seqmix::util::live_tensor_bytes(), live);
+  EXPECT_EQ(seqmix::util::large_block_cache_bytes(), 2 * kMiB);
+  at::Tensor again = bytes(2 * kMiB);
+  EXPECT_EQ(again.data_ptr(), first);
+  EXPECT_EQ(seqmix::util::large_block_cache_hits(), hits + 1);
+}
+
+// The benchmark policy lets the pool hold up to physical memory unless the environment
+// sets a limit; the training policy keeps its default.
+TEST(HeapPolicy, RepeatingPoolHoldsPhysicalMemoryUnlessTheEnvironmentSaysOtherwise) {
+  unsetenv("SEQMIX_LARGE_BLOCK_CACHE_MIB");
+  const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kRepeating);
+  EXPECT_EQ(seqmix::util::large_block_cache_limit(), ram);
+  seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kBounded);
+  EXPECT_EQ(seqmix::util::large_block_cache_limit(), seqmix::util::large_block_cache_limit_from_env());
+  EXPECT_LE(seqmix::util::large_block_cache_limit(), int64_t{2} << 30);
+  setenv("SEQMIX_LARGE_BLOCK_CACHE_MIB", "64", 1);
+  seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kRepeating);
+  EXPECT_EQ(seqmix::util::large_block_cache_limit(), 64 * kMiB);
+  unsetenv("SEQMIX_LARGE_BLOCK_CACHE_MIB");
+  seqmix::util::configure_large_block_cache(kMiB, 0);
 }
 
 // A training-shaped workload: autograd through large activations gives the same gradients

@@ -143,7 +143,7 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 
 int main(int argc, char** argv) {
   // Shapes vary between training steps (padded batches of varying length): bounded. The
-  // benchmarks switch to kCaching below (their shapes repeat exactly).
+  // benchmarks switch to kRepeating below (their shapes repeat exactly, case by case).
   try {
     seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kBounded);
   } catch (const std::exception& e) {
@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
     }
 
     if (bench->parsed()) {
-      seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kCaching);
+      seqmix::util::set_heap_policy(seqmix::util::HeapPolicy::kRepeating);
       if (bench_mode != "ops") {
         // The mode's defaults, then whatever the command line set explicitly.
         auto d = bench_mode == "extractor" ? seqmix::bench::OpsBenchOptions::extractor_defaults()

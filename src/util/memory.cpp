@@ -114,8 +114,15 @@ class LargeBlockCache final : public c10::Allocator {
     evict_locked();
   }
 
-  // Releases every pooled block and serves all later requests from the base allocator.
-  void disable() { configure(std::numeric_limits<int64_t>::max(), 0); }
+  // Returns every pooled block to the system; the limits stay.
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t limit = max_cached_;
+    max_cached_ = 0;
+    evict_locked();
+    max_cached_ = limit;
+  }
+
 
   c10::DataPtr allocate(size_t n) const override {
     if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
@@ -254,7 +261,7 @@ int64_t large_block_cache_limit_from_env() {
 }
 
 void install_memory_counter() {
-  static CountingAllocator counting(c10::GetDefaultCPUAllocator());
+  static CountingAllocator counting(c10::GetCPUAllocator());
   static bool installed = false;
   if (installed) return;
   c10::SetCPUAllocator(&counting, /*priority=*/100);
@@ -268,16 +275,16 @@ void reset_peak_tensor_bytes() { g_peak.store(g_live.load()); }
 void set_heap_policy(HeapPolicy policy) {
   // No trimming of the heap top back to the system: freed memory is reused, not re-faulted.
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  if (policy == HeapPolicy::kCaching) {
-    mallopt(M_MMAP_MAX, 0);  // no mmap-backed chunks (unmapped on free, faulted on reuse)
-    if (g_cache) g_cache->disable();
-  } else {
-    // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
-    mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
-    // The mapped blocks are pooled, up to a quarter of physical memory (at most 2 GiB) unless
-    // the environment says otherwise.
-    configure_large_block_cache(kLarge, large_block_cache_limit_from_env());
-  }
+  // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
+  const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const bool all = policy == HeapPolicy::kRepeating && !std::getenv(kPoolEnv);
+  configure_large_block_cache(kLarge, all ? ram : large_block_cache_limit_from_env());
+}
+
+void release_free_heap() {
+  if (g_cache) g_cache->release_cached();
+  malloc_trim(0);
 }
 
 std::string transparent_huge_pages_mode() {

@@ -8,8 +8,9 @@
 
 namespace seqmix::util {
 
-/// Installs the counting allocator as LibTorch's CPU allocator (idempotent). Tensors that
-/// already exist keep their own deleters and are not counted.
+/// Installs the counting allocator as LibTorch's CPU allocator (idempotent), in front of the
+/// one in place (the large-block pool, if set_heap_policy() ran first). Tensors that already
+/// exist keep their own deleters and are not counted.
 void install_memory_counter();
 /// Bytes currently held by tensors allocated since install_memory_counter().
 int64_t live_tensor_bytes();
@@ -19,30 +20,38 @@ int64_t peak_tensor_bytes();
 void reset_peak_tensor_bytes();
 
 /// Process-wide malloc policies for executables (a library should not change its host's
-/// allocator; call once, before large allocations). Both keep freed heap memory for reuse
-/// (no trimming), so a step's outputs do not pay the kernel's page-zeroing faults again each
-/// time: at B=4, L=4096, D=512 those faults cost as much as the AIB scan itself
-/// (docs/RESULTS.md). They differ in what happens to large blocks:
+/// allocator; call once, before large allocations, and before install_memory_counter()).
+/// Both keep freed heap memory for reuse (no trimming), so a step's outputs do not pay the
+/// kernel's page-zeroing faults again each time: at B=4, L=4096, D=512 those faults cost as
+/// much as the AIB scan itself (docs/RESULTS.md). Requests of 32 MiB and more (glibc's
+/// largest mmap threshold) get their own mapping; freed, they wait in the large-block pool
+/// (configure_large_block_cache) for a request of about their size, and go back to the system
+/// when the pool is full. Caching every block in the heap instead (what PyTorch's caching
+/// allocators do on GPUs) fragments it without bound as shapes change: 19.7 GB and an OOM
+/// kill after 30 ListOps steps of a model with softmax attention, and 17 GB of resident
+/// memory for the 6.3 GB of tensors of one L = 4096 attention case of `seqmix bench`.
 enum class HeapPolicy {
-  /// Every request, however large, from the heap, kept after free: what PyTorch's caching
-  /// allocators give on GPUs. For programs whose tensor shapes repeat exactly (`seqmix bench`);
-  /// with shapes that vary from step to step (padded batches of varying length) the heap
-  /// fragments and grows without bound (measured: 19.7 GB and an OOM kill after 30 ListOps
-  /// steps of a model with softmax attention).
-  kCaching,
-  /// Requests of 32 MiB and more (glibc's largest mmap threshold) get their own mapping;
-  /// freed, they wait in the large-block pool (configure_large_block_cache; up to
-  /// large_block_cache_limit_from_env()) for a request of about their size, and go back to the
-  /// system when the pool is full. Smaller requests as kCaching. Resident memory stays bounded
-  /// whatever the shapes (4.9 GB in the same ListOps run before the pool). Training,
-  /// evaluation, generation.
+  /// The pool holds up to large_block_cache_limit_from_env(). Resident memory stays bounded
+  /// whatever the shapes (4.9 GB in that ListOps run before the pool). Training, evaluation,
+  /// generation.
   kBounded,
+  /// For programs whose shapes repeat exactly within a stage (`seqmix bench`, case by case):
+  /// the pool may hold all of physical memory (SEQMIX_LARGE_BLOCK_CACHE_MIB still overrides),
+  /// so after its first repetition a stage takes every large block from the pool; call
+  /// release_free_heap() between stages.
+  kRepeating,
 };
-/// @throws std::invalid_argument (kBounded) if SEQMIX_LARGE_BLOCK_CACHE_MIB is set but not a
-///         whole number of MiB.
+/// @throws std::invalid_argument if SEQMIX_LARGE_BLOCK_CACHE_MIB is set but not a whole
+///         number of MiB.
 void set_heap_policy(HeapPolicy policy);
 
-/// The large-block pool's limit for HeapPolicy::kBounded, bytes: SEQMIX_LARGE_BLOCK_CACHE_MIB
+/// Returns the heap's free memory to the system (glibc malloc_trim: the top of the heap and
+/// every free page inside it) and every block in the large-block pool; the pool's limit stays.
+/// Between the stages of a HeapPolicy::kRepeating program, so one stage's free blocks neither
+/// hold memory the next one needs nor hide it from MemAvailable.
+void release_free_heap();
+
+/// The large-block pool's limit under HeapPolicy::kBounded, bytes: SEQMIX_LARGE_BLOCK_CACHE_MIB
 /// (MiB; 0 turns the pool off) when set, else a quarter of physical memory, at most 2 GiB.
 /// The pool trades memory for speed; processes sharing a machine may each hold this much in
 /// idle blocks, so lower it when several runs share one.
@@ -52,7 +61,7 @@ int64_t large_block_cache_limit_from_env();
 
 /// Keeps freed CPU tensor blocks of at least `min_bytes` for reuse, up to `max_cached_bytes`
 /// held at once (least recently freed blocks go back to the system first): the large-block
-/// pool of PyTorch's CUDA caching allocator, for the mapped blocks of HeapPolicy::kBounded.
+/// pool of PyTorch's CUDA caching allocator, for the mapped blocks of set_heap_policy().
 /// Without it every training step maps, faults in (the kernel zeroes every page) and unmaps
 /// its large activations and attention scores again; on a paravirtualised host that took
 /// most of the time of a Transformer step (docs/RESULTS.md). A request reuses the smallest
