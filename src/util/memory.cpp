@@ -123,7 +123,6 @@ class LargeBlockCache final : public c10::Allocator {
     max_cached_ = limit;
   }
 
-
   c10::DataPtr allocate(size_t n) const override {
     if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
     Block* b = take_pooled(n);
