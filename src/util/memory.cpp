@@ -32,6 +32,10 @@ constexpr int64_t kLarge = 32 * 1024 * 1024;
 
 std::atomic<int64_t> g_live{0}, g_peak{0};
 
+int64_t physical_memory_bytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+}
+
 // Blocks are found again by their address (data == context), so LibTorch's raw_allocate /
 // raw_deallocate, used inside some ATen kernels, work through it too.
 class CountingAllocator final : public c10::Allocator {
@@ -111,16 +115,13 @@ class LargeBlockCache final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     min_bytes_.store(min_bytes);
     max_cached_ = max_cached;
-    evict_locked();
+    evict_locked(max_cached_);
   }
 
   // Returns every pooled block to the system; the limits stay.
   void release_cached() {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t limit = max_cached_;
-    max_cached_ = 0;
-    evict_locked();
-    max_cached_ = limit;
+    evict_locked(0);
   }
 
   c10::DataPtr allocate(size_t n) const override {
@@ -192,13 +193,13 @@ class LargeBlockCache final : public c10::Allocator {
     b->age = std::prev(by_age_.end());
     b->by_size = by_size_.emplace(b->size, b);
     cached_ += static_cast<int64_t>(b->size);
-    evict_locked();
+    evict_locked(max_cached_);
     return true;
   }
 
-  // Oldest first, until the pool fits its limit.
-  void evict_locked() {
-    while (cached_ > max_cached_ && !by_age_.empty()) {
+  // Oldest first, until the pool holds at most `limit` bytes.
+  void evict_locked(int64_t limit) {
+    while (cached_ > limit && !by_age_.empty()) {
       Block* b = by_age_.front();
       by_age_.pop_front();
       by_size_.erase(b->by_size);
@@ -244,8 +245,7 @@ int64_t large_block_cache_limit_from_env() {
   if (!env) {
     // With huge pages a fresh block costs little more than a pooled one (RESULTS, "Huge pages
     // for large blocks"): 2 GiB keeps most of the pool's gain, and two runs can share a machine.
-    const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-    return std::clamp<int64_t>(ram / 4, 0, int64_t{2} << 30);
+    return std::clamp<int64_t>(physical_memory_bytes() / 4, 0, int64_t{2} << 30);
   }
   const std::string text(env);
   // Whole MiB, at most 2^40 (a petabyte): no sign, no suffix, no overflow when scaled.
@@ -276,9 +276,8 @@ void set_heap_policy(HeapPolicy policy) {
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   // A fixed threshold: glibc's dynamic one starts at 128 KiB and would map mid-size tensors.
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLarge));
-  const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   const bool all = policy == HeapPolicy::kRepeating && !std::getenv(kPoolEnv);
-  configure_large_block_cache(kLarge, all ? ram : large_block_cache_limit_from_env());
+  configure_large_block_cache(kLarge, all ? physical_memory_bytes() : large_block_cache_limit_from_env());
 }
 
 void release_free_heap() {
