@@ -142,6 +142,8 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else: this may replace the process with one on faster BLAS kernels.
+  seqmix::util::reexec_with_fitting_openblas_core(argv);
   // Shapes vary between training steps (padded batches of varying length): bounded. The
   // benchmarks switch to kRepeating below (their shapes repeat exactly, case by case).
   try {

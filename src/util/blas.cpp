@@ -1,10 +1,18 @@
 #include "seqmix/util/blas.h"
 
 #include <dlfcn.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 namespace seqmix::util {
+
+namespace {
+// Set beside OPENBLAS_CORETYPE by the re-exec, so the logs can say who chose the kernels.
+constexpr const char* kChosenEnv = "SEQMIX_OPENBLAS_CORETYPE_CHOSEN";
+}  // namespace
 
 std::string openblas_core() {
   // Looked up at run time: the BLAS behind LibTorch is whatever libblas.so.3 points to.
@@ -19,7 +27,51 @@ std::string blas_description() {
   const std::string core = openblas_core();
   if (core.empty()) return "not OpenBLAS";
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  return "OpenBLAS " + core + (forced ? std::string(" (OPENBLAS_CORETYPE=") + forced + ")" : "");
+  if (!forced) return "OpenBLAS " + core;
+  const char* chosen = std::getenv(kChosenEnv);
+  if (chosen && std::strcmp(chosen, forced) == 0) {
+    return "OpenBLAS " + core +
+           " (chosen by seqmix: OpenBLAS did not recognise this CPU and fell back to Prescott; "
+           "set OPENBLAS_CORETYPE to choose)";
+  }
+  return "OpenBLAS " + core + " (OPENBLAS_CORETYPE=" + forced + ")";
+}
+
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+  return f;
+}
+
+std::string openblas_core_override(const std::string& loaded_core, bool coretype_set,
+                                   const CpuFeatures& cpu) {
+  // Only the generic fallback is second-guessed: any family OpenBLAS detected, or that the
+  // user asked for, is its (or their) informed choice.
+  if (coretype_set || strcasecmp(loaded_core.c_str(), "Prescott") != 0) return "";
+  if (cpu.avx512_bf16) return "Cooperlake";
+  if (cpu.avx512) return "SkylakeX";
+  if (cpu.avx2_fma) return "Haswell";
+  return "";
+}
+
+void reexec_with_fitting_openblas_core(char** argv) {
+  const std::string core = openblas_core_override(
+      openblas_core(), std::getenv("OPENBLAS_CORETYPE") != nullptr, cpu_features());
+  if (core.empty()) return;
+  // Both variables are set now, so the new image finds OPENBLAS_CORETYPE and never loops.
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  setenv(kChosenEnv, core.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // The exec (or a setenv) failed: no /proc, say. Carry on with the kernels already loaded,
+  // and let the logs say so rather than claim the chosen family.
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kChosenEnv);
 }
 
 }  // namespace seqmix::util
