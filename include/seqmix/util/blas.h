@@ -9,7 +9,7 @@
 /// OPENBLAS_CORETYPE=Haswell made an AIB layer's forward+backward 1.5x and a softmax attention
 /// layer's 1.35x slower (docs/RESULTS.md). A CPU it does not know gets the generic "Prescott"
 /// (SSE3) kernels: on an Emerald Rapids host (cpuid family 6, model 207) that made a
-/// Transformer training step 1.5-1.7x slower; `reexec_with_fitting_openblas_core` fixes that
+/// Transformer ListOps run 1.45x slower; `reexec_with_fitting_openblas_core` fixes that
 /// for the CLI.
 #include <string>
 
