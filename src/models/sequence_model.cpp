@@ -49,6 +49,7 @@ void ModelConfig::validate() const {
   ops::parse_aib_weights(aib_weights);
   ops::parse_aib_impl(aib_impl);
   ops::parse_extractor_impl(extractor_impl);
+  ops::parse_attention_impl(attention_impl);
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -129,7 +130,9 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
                                                           .causal(config_.causal)
                                                           .dropout(config_.dropout)
                                                           .bias(config_.bias)
-                                                          .n_layers(config_.n_layers));
+                                                          .n_layers(config_.n_layers)
+                                                          .impl(ops::parse_attention_impl(
+                                                              config_.attention_impl)));
     }
     blocks->push_back(nn::Block(mixer,
                                 nn::FeedForwardOptions(D, config_.d_ff)

@@ -49,23 +49,15 @@ at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mas
                                                                    options.causal()));
     return out(y.transpose(1, 2).reshape({B, L, D}));
   }
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
-  at::Tensor allowed;  // [B or 1, 1, L, L] true where query i may see key j
-  if (options.causal())
-    allowed = at::ones({L, L}, x.options().dtype(at::kBool)).tril().view({1, 1, L, L});
-  if (mask.defined()) {
+  if (mask.defined())
     TORCH_CHECK(mask.scalar_type() == at::kBool && mask.dim() == 2 && mask.size(0) == B &&
                     mask.size(1) == L,
                 "SelfAttention: mask must be bool [", B, ", ", L, "], got ", mask.sizes());
-    at::Tensor keys = mask.view({B, 1, 1, L});
-    allowed = allowed.defined() ? allowed.logical_and(keys) : keys;
-  }
-  // A large finite fill rather than -inf: a row with no allowed key then softmaxes to a
-  // uniform (finite) row instead of NaN, and its output is zeroed below if it is padding.
-  if (allowed.defined()) scores = scores.masked_fill(allowed.logical_not(), -1e30);
-  at::Tensor probs = at::softmax(scores, -1);
-  if (options.dropout() > 0 && is_training()) probs = at::dropout(probs, options.dropout(), true);
-  at::Tensor y = at::matmul(probs, v).transpose(1, 2).reshape({B, L, D});
+  const double dropout = is_training() ? options.dropout() : 0.0;
+  at::Tensor heads = options.impl() == ops::AttentionImpl::kernel && dropout == 0
+                         ? ops::attention_kernel(q, k, v, mask, options.causal())
+                         : ops::attention_reference(q, k, v, mask, options.causal(), dropout);
+  at::Tensor y = heads.transpose(1, 2).reshape({B, L, D});
   y = out(y);
   if (mask.defined()) y = y.masked_fill(mask.logical_not().unsqueeze(-1), 0);
   return y;

@@ -52,6 +52,7 @@ toml::table to_table(const RunConfig& c) {
                     {"ces_max_phase", m.ces_max_phase},
                     {"ces_max_lambda", m.ces_max_lambda},
                     {"ces_impl", m.ces_impl},
+                    {"attention_impl", m.attention_impl},
                     {"n_classes", m.n_classes},
                     {"cls_pair", m.cls_pair}};
   const auto& d = c.data;
@@ -218,6 +219,7 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   m.ces_max_phase = get_or<double>(t, "model", "ces_max_phase", d.ces_max_phase, origin);
   m.ces_max_lambda = get_or<double>(t, "model", "ces_max_lambda", d.ces_max_lambda, origin);
   m.ces_impl = get_or<std::string>(t, "model", "ces_impl", d.ces_impl, origin);
+  m.attention_impl = get_or<std::string>(t, "model", "attention_impl", d.attention_impl, origin);
   m.n_classes = get_or<int64_t>(t, "model", "n_classes", d.n_classes, origin);
   m.cls_pair = get_or<bool>(t, "model", "cls_pair", d.cls_pair, origin);
   c.data.source = get<std::string>(t, "data", "source", origin);

@@ -47,6 +47,8 @@ struct ModelConfig {
   bool extractor_adjust = true;        ///< Extractor: the adjustment (X W_adj) * ext (eq. 19)
   bool extractor_out_proj = true;      ///< Extractor: the optional W_opt (eq. 20)
   std::string extractor_impl = "fft";  ///< Extractor convolution: fft | reference
+  /// Softmax attention: kernel (fused, O(L) memory) | reference (literal ATen ops)
+  std::string attention_impl = "kernel";
   /// Block norms: "layer" (LayerNorm) or "batch" (BatchNorm, etsmlp Table 5's BN tasks).
   std::string norm_type = "layer";
   /// ETSMLP mixers ("etsmlp": the ESMLP of etsmlp Sec. 3.2, hidden width d_ff, no separate

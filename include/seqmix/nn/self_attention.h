@@ -9,6 +9,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "seqmix/nn/mixer.h"
+#include "seqmix/ops/attention.h"
 
 namespace seqmix::nn {
 
@@ -29,6 +30,9 @@ struct SelfAttentionOptions {
   /// softmax (same math; LibTorch 1.13 decomposes it on CPU). Used when no key-padding
   /// mask is given; with a mask the matmul path runs.
   TORCH_ARG(bool, use_sdpa) = false;
+  /// softmax(QK^T)V by the fused kernel (ops/attention.h; O(L) memory) or the literal ATen
+  /// reference ([B, H, L, L] scores). Dropout > 0 in training always runs the reference.
+  TORCH_ARG(ops::AttentionImpl, impl) = ops::AttentionImpl::kernel;
 };
 
 /// Parameters: `qkv` (Linear D -> 3D), `out` (Linear D -> D). Init: qkv ~ N(0, 1/D),
@@ -42,7 +46,8 @@ class SelfAttentionImpl : public MixerImpl {
   void pretty_print(std::ostream& stream) const override;
 
   /// x [B, L, D], mask [B, L] bool (key padding; true = valid) or undefined -> [B, L, D].
-  /// A query whose every key is masked outputs a finite value (and 0 if it is itself padded).
+  /// A query whose every key is masked attends to nothing (its heads are 0, so its output is
+  /// the output projection's bias), and 0 if it is itself padded.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) override;
   MixerState init_state(int64_t batch) const override;
   at::Tensor step(const at::Tensor& x_t, MixerState& state) override;

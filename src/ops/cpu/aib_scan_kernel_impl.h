@@ -13,8 +13,7 @@
 #include <immintrin.h>
 
 #include "aib_scan_kernel.h"
-
-
+#include "vec_math_impl.h"
 
 #ifndef SEQMIX_ISA
 #error "define SEQMIX_ISA before including aib_scan_kernel_impl.h"
@@ -22,132 +21,9 @@
 
 namespace seqmix::ops::cpu::SEQMIX_ISA {
 
-template <typename T>
-struct Traits;
-
-template <>
-struct Traits<float> {
-  typedef float V __attribute__((vector_size(64)));
-  typedef int32_t I __attribute__((vector_size(64)));
-  typedef double VD __attribute__((vector_size(128)));
-  static constexpr int N = 16;
-  static constexpr int32_t kBias = 127;  // 2^-127 has all-zero bits: +0.0
-  static constexpr int kMantBits = 23;
-  static constexpr int kSafeExp = 100;     // fast path: bound on sums is kept at 2^kSafeExp
-  static constexpr int kTinyExp = -100;    // fast path: every live U stays above 2^kTinyExp
-  static constexpr float kMaxT = 1 << 20;  // |A log2 e| clamp before the integer conversion
-};
-
-template <>
-struct Traits<double> {
-  typedef double V __attribute__((vector_size(64)));
-  typedef int64_t I __attribute__((vector_size(64)));
-  typedef double VD __attribute__((vector_size(64)));
-  static constexpr int N = 8;
-  static constexpr int64_t kBias = 1023;
-  static constexpr int kMantBits = 52;
-  static constexpr int kSafeExp = 1000;
-  static constexpr int kTinyExp = -900;
-  static constexpr double kMaxT = 1 << 20;
-};
-
 // Exponent of "nothing here": far below any real exponent (|A log2 e| is clamped to 2^20),
 // far enough from the integer limit that adding K level exponents cannot wrap.
 constexpr int64_t kSentinel = -(int64_t{1} << 28);
-
-template <typename T>
-using V = typename Traits<T>::V;
-template <typename T>
-using I = typename Traits<T>::I;
-template <typename T>
-using VD = typename Traits<T>::VD;
-template <typename T>
-using Ie = std::conditional_t<std::is_same_v<T, float>, int32_t, int64_t>;
-
-template <typename T>
-inline V<T> splat(T x) {
-  return V<T>{} + x;
-}
-
-template <typename T>
-inline I<T> isplat(int64_t x) {
-  return I<T>{} + static_cast<Ie<T>>(x);
-}
-
-// 2^k for integer lanes k <= bias (k <= -bias gives +0.0): exponent-field construction.
-template <typename T>
-inline V<T> pow2_nonpos(I<T> k) {
-  const I<T> lo = isplat<T>(-Traits<T>::kBias);
-  k = k < lo ? lo : k;
-  return reinterpret_cast<V<T>>((k + isplat<T>(Traits<T>::kBias)) << Traits<T>::kMantBits);
-}
-
-// 2^k for integer lanes clamped to [-bias, bias] (finite, possibly 0).
-template <typename T>
-inline V<T> pow2_clamped(I<T> k) {
-  const I<T> hi = isplat<T>(Traits<T>::kBias);
-  k = k > hi ? hi : k;
-  return pow2_nonpos<T>(k);
-}
-
-// m * 2^k applied in two halves, so that any result in the representable range is reached
-// even when m is tiny or huge.
-template <typename T>
-inline V<T> scale(V<T> m, I<T> k) {
-  const I<T> lim = isplat<T>(2 * Traits<T>::kBias);
-  k = k > lim ? lim : k;
-  k = k < -lim ? -lim : k;
-  const I<T> k1 = k >> 1;
-  return m * pow2_clamped<T>(k1) * pow2_clamped<T>(k - k1);
-}
-
-// exp(x) = m * 2^k with m in [0.7, 1.42]: the exponent is kept apart, so nothing overflows.
-// k = round(x log2 e); m = exp(f ln 2) for |f| <= 1/2 by a polynomial (Cephes expf's for
-// float, ~1 ulp; a 14-term Taylor series for double, error < 1e-17).
-template <typename T>
-inline void exp_split(V<T> x, V<T>& m, I<T>& k) {
-  constexpr T log2e = static_cast<T>(1.4426950408889634073599);
-  constexpr T ln2 = static_cast<T>(0.6931471805599453094172);
-  V<T> t = x * log2e;
-  const V<T> hi = splat<T>(Traits<T>::kMaxT);
-  t = t > hi ? hi : t;
-  t = t < -hi ? -hi : t;
-  k = __builtin_convertvector(t + (t >= splat<T>(0) ? splat<T>(T(0.5)) : splat<T>(T(-0.5))), I<T>);
-  const V<T> f = (t - __builtin_convertvector(k, V<T>)) * ln2;  // |f| <= ln2 / 2
-  if constexpr (std::is_same_v<T, float>) {
-    V<T> p = splat<T>(1.9875691500e-4f);
-    p = p * f + 1.3981999507e-3f;
-    p = p * f + 8.3334519073e-3f;
-    p = p * f + 4.1665795894e-2f;
-    p = p * f + 1.6666665459e-1f;
-    p = p * f + 5.0000001201e-1f;
-    m = splat<T>(1) + f + f * f * p;
-  } else {
-    V<T> r = splat<T>(1);
-    for (int n = 14; n >= 1; --n) r = splat<T>(1) + f * r * (T(1) / T(n));
-    m = r;
-  }
-}
-
-// Loads/stores n <= N lanes; the full-width case has a constant size, so it compiles to one
-// unaligned vector move instead of a memcpy call.
-template <typename T>
-inline V<T> load(const T* p, int64_t n) {
-  V<T> x{};
-  if (n == Traits<T>::N)
-    std::memcpy(&x, p, sizeof(V<T>));
-  else
-    std::memcpy(&x, p, sizeof(T) * static_cast<size_t>(n));
-  return x;
-}
-
-template <typename T>
-inline void store(T* p, V<T> x, int64_t n) {
-  if (n == Traits<T>::N)
-    std::memcpy(p, &x, sizeof(V<T>));
-  else
-    std::memcpy(p, &x, sizeof(T) * static_cast<size_t>(n));
-}
 
 // x_a <- x_a + W * x_b with W = wm * 2^we, all in the shared-exponent representation.
 template <typename T>

@@ -1,0 +1,53 @@
+#pragma once
+/// @file attention.h
+/// Scaled dot-product softmax attention (Vaswani et al. 2017, eq. 1), the core of the
+/// Transformer baseline and of Weird-Net's self-attention layers:
+///   O_h = softmax(Q_h K_h^T / sqrt(d_head) + M) V_h
+/// with M = -inf where a key is padding (key_mask false) or, if causal, in the future
+/// (key j > query i), and 0 elsewhere.
+///
+/// Legend: B batch, H heads, L sequence length, d_head channels per head.
+///
+/// Contract shared by every implementation: a query row that sees no key (every key it may
+/// see is padding) outputs 0 and passes no gradient, never NaN. Outputs at padded query
+/// positions are computed like any other row; the layer zeroes them.
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace seqmix::ops {
+
+/// Literal eq. 1 in ATen ops: the [B, H, L, L] scores, a masked fill, softmax, and a second
+/// matrix product; autograd through ATen. O(B H L^2) memory: the test oracle.
+/// @param q, k, v   [B, H, L, d_head], float32 or float64, one dtype.
+/// @param key_mask  [B, L] bool (true = valid key) or undefined (all valid).
+/// @param causal    query i sees keys j <= i only.
+/// @param dropout   probability of zeroing an attention probability (inverted dropout, as
+///                  torch.nn.MultiheadAttention); 0 in evaluation.
+/// @return O [B, H, L, d_head].
+/// @throws c10::Error naming the argument on a shape or dtype mismatch.
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& key_mask, bool causal, double dropout = 0.0);
+
+/// The fused CPU kernel (flash-attention's scheme, Dao et al. 2022, on the CPU): per
+/// (sequence, head), query rows in blocks whose scores against the keys they may see are
+/// computed, masked, softmaxed and multiplied by V while in cache; only O and the per-row
+/// log-sum-exp [B, H, L] are stored. Backward (a torch::autograd::Function) recomputes the
+/// probabilities from the log-sum-exp. O(B H L d_head) memory instead of O(B H L^2).
+/// No dropout on the probabilities (the layer falls back to the reference for that).
+/// Same contract as attention_reference.
+at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& key_mask, bool causal);
+
+/// Which implementation `attention` runs.
+enum class AttentionImpl { kernel, reference };
+/// Parses "kernel" | "reference". @throws std::invalid_argument naming the value.
+AttentionImpl parse_attention_impl(const std::string& name);
+std::string to_string(AttentionImpl impl);
+
+/// The op the layers call (kernel by default). Same contract as attention_reference.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& key_mask, bool causal,
+                     AttentionImpl impl = AttentionImpl::kernel);
+
+}  // namespace seqmix::ops

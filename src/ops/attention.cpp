@@ -1,0 +1,151 @@
+// Softmax attention: the literal ATen reference and the fused kernel as an autograd Function
+// (src/ops/cpu/attention_kernel_impl.h).
+#include "seqmix/ops/attention.h"
+
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "check_mask.h"
+#include "cpu/attention_kernel.h"
+
+namespace seqmix::ops {
+
+namespace {
+
+void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& key_mask) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", q},
+                                {"k", k},
+                                {"v", v}}) {
+    TORCH_CHECK(t.defined() && t.dim() == 4, fn, ": ", name, " must be [B, H, L, d_head], got ",
+                t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, fn, ": ", name,
+                " must be float32 or float64, got ", t.scalar_type());
+    TORCH_CHECK(t.sizes() == q.sizes(), fn, ": ", name, " is ", t.sizes(), " but q is ",
+                q.sizes());
+    TORCH_CHECK(t.scalar_type() == q.scalar_type(), fn, ": ", name, " dtype ", t.scalar_type(),
+                " differs from q dtype ", q.scalar_type());
+  }
+  check_padding_mask(fn, key_mask, q.size(0), q.size(2));
+}
+
+template <typename T>
+cpu::AttentionParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& key_mask, bool causal) {
+  cpu::AttentionParams<T> p;
+  p.q = q.data_ptr<T>();
+  p.k = k.data_ptr<T>();
+  p.v = v.data_ptr<T>();
+  p.key_mask =
+      key_mask.numel() > 0 ? reinterpret_cast<const uint8_t*>(key_mask.data_ptr<bool>()) : nullptr;
+  p.H = q.size(1);
+  p.BH = q.size(0) * p.H;
+  p.L = q.size(2);
+  p.dh = q.size(3);
+  p.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(p.dh)));
+  p.causal = causal;
+  return p;
+}
+
+class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_mask,
+                            bool causal) {
+    at::Tensor o = at::zeros_like(q);
+    at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    if (q.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
+        auto p = make_params<scalar_t>(q, k, v, key_mask, causal);
+        p.o = o.data_ptr<scalar_t>();
+        p.lse = lse.data_ptr<scalar_t>();
+        at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
+          cpu::attention_forward<scalar_t>(p, begin, end);
+        });
+      });
+    }
+    ctx->save_for_backward({q, k, v, key_mask, o, lse});
+    ctx->saved_data["causal"] = causal;
+    return o;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &key_mask = saved[3],
+                     &o = saved[4], &lse = saved[5];
+    const at::Tensor go = grads[0].contiguous();
+    at::Tensor gq = at::zeros_like(q), gk = at::zeros_like(k), gv = at::zeros_like(v);
+    if (q.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
+        auto p = make_params<scalar_t>(q, k, v, key_mask, ctx->saved_data["causal"].toBool());
+        p.o = const_cast<scalar_t*>(o.data_ptr<scalar_t>());
+        p.lse = const_cast<scalar_t*>(lse.data_ptr<scalar_t>());
+        p.grad_o = go.data_ptr<scalar_t>();
+        p.grad_q = gq.data_ptr<scalar_t>();
+        p.grad_k = gk.data_ptr<scalar_t>();
+        p.grad_v = gv.data_ptr<scalar_t>();
+        at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
+          cpu::attention_backward<scalar_t>(p, begin, end);
+        });
+      });
+    }
+    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& key_mask, bool causal, double dropout) {
+  check_inputs("attention_reference", q, k, v, key_mask);
+  TORCH_CHECK(dropout >= 0 && dropout < 1, "attention_reference: dropout must be in [0, 1), got ",
+              dropout);
+  const auto drop = [&](const at::Tensor& probs) {
+    return dropout > 0 ? at::dropout(probs, dropout, true) : probs;
+  };
+  const int64_t B = q.size(0), L = q.size(2), dh = q.size(3);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+  at::Tensor allowed;  // [B or 1, 1, L, L]: query i may see key j
+  if (causal) allowed = at::ones({L, L}, q.options().dtype(at::kBool)).tril().view({1, 1, L, L});
+  if (key_mask.defined()) {
+    const at::Tensor keys = key_mask.view({B, 1, 1, L});
+    allowed = allowed.defined() ? allowed.logical_and(keys) : keys;
+  }
+  if (!allowed.defined()) return at::matmul(drop(at::softmax(scores, -1)), v);
+  // A large finite fill rather than -inf, so a row without keys softmaxes to a finite uniform
+  // row (no NaN in either direction); multiplying by "has a key" then makes it 0.
+  at::Tensor probs = at::softmax(scores.masked_fill(allowed.logical_not(), -1e30), -1);
+  const at::Tensor has_key = allowed.any(-1, true).to(q.scalar_type());  // [B or 1, 1, L, 1]
+  return at::matmul(drop(probs), v) * has_key;
+}
+
+at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& key_mask, bool causal) {
+  check_inputs("attention_kernel", q, k, v, key_mask);
+  return AttentionFunction::apply(
+      q.contiguous(), k.contiguous(), v.contiguous(),
+      key_mask.defined() ? key_mask.contiguous() : at::empty({0}, at::kBool), causal);
+}
+
+AttentionImpl parse_attention_impl(const std::string& name) {
+  if (name == "kernel") return AttentionImpl::kernel;
+  if (name == "reference") return AttentionImpl::reference;
+  throw std::invalid_argument("unknown attention implementation '" + name +
+                              "' (expected kernel or reference)");
+}
+
+std::string to_string(AttentionImpl impl) {
+  return impl == AttentionImpl::kernel ? "kernel" : "reference";
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& key_mask, bool causal, AttentionImpl impl) {
+  return impl == AttentionImpl::kernel ? attention_kernel(q, k, v, key_mask, causal)
+                                       : attention_reference(q, k, v, key_mask, causal);
+}
+
+}  // namespace seqmix::ops

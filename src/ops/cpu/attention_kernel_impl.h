@@ -1,0 +1,355 @@
+// Implementation of the fused attention kernels (attention_kernel.h), compiled once per
+// instruction set like the AIB and CES kernels: the including file defines SEQMIX_ISA.
+//
+// Every item copies its head's q (times the softmax scale), k, v (and in backward dO) into
+// zero-padded scratch, rows padded to whole vectors of dh and keys to whole chunks, so the
+// three inner products below have no tails:
+//   scores:     S[r, j]  = sum_d X[r, d] YT[d, j]     (X K^T, dO V^T; vectors along keys)
+//   rows:       O[r, :]  = sum_j P[r, j] Y[j, :]      (P V, dS K;     vectors along dh)
+//   columns:    A[j, :] += sum_r P[r, j] X[r, :]      (P^T dO, dS^T Q)
+// Padded keys carry a -inf bias, so they get probability 0; padded query rows are zero and
+// their results are dropped.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "attention_kernel.h"
+#include "vec_math_impl.h"
+
+#ifndef SEQMIX_ISA
+#error "define SEQMIX_ISA before including attention_kernel_impl.h"
+#endif
+
+namespace seqmix::ops::cpu::SEQMIX_ISA {
+
+namespace attn {
+
+template <typename T>
+constexpr int64_t kN = Traits<T>::N;
+// Keys per scores tile: four vectors, accumulated in registers over dh.
+template <typename T>
+constexpr int64_t kChunk = 4 * Traits<T>::N;
+// Query rows per rows/columns tile (four accumulators in flight).
+constexpr int64_t kRowTile = 4;
+// Bytes of one block's scores: with its gradient (backward) it stays in a 2 MiB L2.
+constexpr int64_t kScoreBytes = 512 * 1024;
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+template <typename T>
+inline V<T> vload(const T* p) {
+  V<T> x;
+  std::memcpy(&x, p, sizeof(V<T>));
+  return x;
+}
+
+template <typename T>
+inline void vstore(T* p, V<T> x) {
+  std::memcpy(p, &x, sizeof(V<T>));
+}
+
+template <typename T>
+inline T hsum(V<T> x) {
+  T s = 0;
+  for (int i = 0; i < kN<T>; ++i) s += x[i];
+  return s;
+}
+
+template <typename T>
+inline T hmax(V<T> x) {
+  T s = x[0];
+  for (int i = 1; i < kN<T>; ++i) s = std::max(s, x[i]);
+  return s;
+}
+
+// exp(x) for x <= 0 (and -inf), 0 below the smallest normal number.
+template <typename T>
+inline V<T> exp_nonpos(V<T> x) {
+  V<T> m;
+  I<T> k;
+  exp_split<T>(x, m, k);
+  return m * pow2_nonpos<T>(k);
+}
+
+// S[r, j0 .. j0 + n) for rows r < R: X [R][DP], YT [DP][ld], S [R][ld]; n a multiple of kChunk.
+template <typename T>
+void scores(const T* X, int64_t R, int64_t DP, const T* YT, int64_t ld, int64_t n, T* S) {
+  constexpr int64_t N = kN<T>;
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk<T>)
+    for (int64_t r = 0; r < R; ++r) {
+      V<T> a0{}, a1{}, a2{}, a3{};
+      const T* x = X + r * DP;
+      const T* y = YT + j0;
+      for (int64_t d = 0; d < DP; ++d, y += ld) {
+        const V<T> xd = splat<T>(x[d]);
+        a0 += xd * vload<T>(y);
+        a1 += xd * vload<T>(y + N);
+        a2 += xd * vload<T>(y + 2 * N);
+        a3 += xd * vload<T>(y + 3 * N);
+      }
+      T* s = S + r * ld + j0;
+      vstore<T>(s, a0);
+      vstore<T>(s + N, a1);
+      vstore<T>(s + 2 * N, a2);
+      vstore<T>(s + 3 * N, a3);
+    }
+}
+
+// O[r, :] = sum_{j < n} P[r, j] Y[j, :] for rows r < R (R a multiple of kRowTile):
+// P [R][ld], Y [n][DP], O [R][DP].
+template <typename T>
+void rows(const T* P, int64_t R, int64_t ld, int64_t n, const T* Y, int64_t DP, T* O) {
+  for (int64_t r = 0; r < R; r += kRowTile)
+    for (int64_t d0 = 0; d0 < DP; d0 += kN<T>) {
+      V<T> a0{}, a1{}, a2{}, a3{};
+      const T* p = P + r * ld;
+      for (int64_t j = 0; j < n; ++j) {
+        const V<T> y = vload<T>(Y + j * DP + d0);
+        a0 += splat<T>(p[j]) * y;
+        a1 += splat<T>(p[ld + j]) * y;
+        a2 += splat<T>(p[2 * ld + j]) * y;
+        a3 += splat<T>(p[3 * ld + j]) * y;
+      }
+      vstore<T>(O + r * DP + d0, a0);
+      vstore<T>(O + (r + 1) * DP + d0, a1);
+      vstore<T>(O + (r + 2) * DP + d0, a2);
+      vstore<T>(O + (r + 3) * DP + d0, a3);
+    }
+}
+
+// A[j, :] += sum_{r < R} P[r, j] X[r, :] for keys j < n (n a multiple of kRowTile):
+// P [R][ld], X [R][DP], A [n][DP].
+template <typename T>
+void columns(const T* P, int64_t R, int64_t ld, int64_t n, const T* X, int64_t DP, T* A) {
+  for (int64_t j = 0; j < n; j += kRowTile)
+    for (int64_t d0 = 0; d0 < DP; d0 += kN<T>) {
+      T* a = A + j * DP + d0;
+      V<T> a0 = vload<T>(a), a1 = vload<T>(a + DP), a2 = vload<T>(a + 2 * DP),
+           a3 = vload<T>(a + 3 * DP);
+      for (int64_t r = 0; r < R; ++r) {
+        const V<T> x = vload<T>(X + r * DP + d0);
+        const T* p = P + r * ld + j;
+        a0 += splat<T>(p[0]) * x;
+        a1 += splat<T>(p[1]) * x;
+        a2 += splat<T>(p[2]) * x;
+        a3 += splat<T>(p[3]) * x;
+      }
+      vstore<T>(a, a0);
+      vstore<T>(a + DP, a1);
+      vstore<T>(a + 2 * DP, a2);
+      vstore<T>(a + 3 * DP, a3);
+    }
+}
+
+// One item's padded copies and the per-block buffers. Sized once per range of items.
+template <typename T>
+struct Scratch {
+  int64_t DP, LP, BR;
+  std::vector<T> kt, vt, kp, vp, bias, qs, dop, s, ds, out, dk, dv, di;
+
+  Scratch(const AttentionParams<T>& p, bool backward) {
+    DP = round_up(p.dh, kN<T>);
+    LP = round_up(std::max<int64_t>(p.L, 1), kChunk<T>);
+    BR = std::clamp<int64_t>(kScoreBytes / static_cast<int64_t>(sizeof(T)) / LP / kRowTile *
+                                 kRowTile,
+                             kRowTile, 64);
+    kt.assign(DP * LP, 0);
+    vp.assign(LP * DP, 0);
+    bias.assign(LP, 0);
+    qs.assign(BR * DP, 0);
+    s.assign(BR * LP, 0);
+    out.assign(BR * DP, 0);
+    if (backward) {
+      vt.assign(DP * LP, 0);
+      kp.assign(LP * DP, 0);
+      dop.assign(BR * DP, 0);
+      ds.assign(BR * LP, 0);
+      dk.assign(LP * DP, 0);
+      dv.assign(LP * DP, 0);
+      di.assign(BR, 0);
+    }
+  }
+};
+
+// Copies item bh's keys and values (and their transposes as asked) into the scratch and sets
+// the key bias: 0 for a valid key, -inf for a masked or padded one.
+template <typename T>
+void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool backward) {
+  const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
+  const T* k = p.k + bh * L * dh;
+  const T* v = p.v + bh * L * dh;
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t d = 0; d < dh; ++d) {
+      w.kt[d * LP + j] = k[j * dh + d];
+      w.vp[j * DP + d] = v[j * dh + d];
+      if (backward) {
+        w.vt[d * LP + j] = v[j * dh + d];
+        w.kp[j * DP + d] = k[j * dh + d];
+      }
+    }
+  const uint8_t* km = p.key_mask ? p.key_mask + (bh / p.H) * L : nullptr;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < LP; ++j) w.bias[j] = j < L && (!km || km[j]) ? T(0) : ninf;
+}
+
+// Copies rows [r0, r0 + R) of src [L][dh] into dst [BR][DP] times `mul`, zero elsewhere.
+template <typename T>
+void load_rows(const T* src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& w,
+               std::vector<T>& dst) {
+  std::fill(dst.begin(), dst.end(), T(0));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d = 0; d < dh; ++d) dst[r * w.DP + d] = mul * src[(r0 + r) * dh + d];
+}
+
+// Adds the key bias to the block's scores and hides the future (causal): row r, query
+// r0 + r, sees keys j <= r0 + r.
+template <typename T>
+void mask_scores(const AttentionParams<T>& p, int64_t r0, int64_t R, int64_t n, Scratch<T>& w) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < R; ++r) {
+    T* s = w.s.data() + r * w.LP;
+    for (int64_t j = 0; j < n; j += kN<T>)
+      vstore<T>(s + j, vload<T>(s + j) + vload<T>(w.bias.data() + j));
+    if (p.causal)
+      for (int64_t j = r0 + r + 1; j < n; ++j) s[j] = ninf;
+  }
+}
+
+// Keys a block of queries [r0, r0 + R) may see, rounded up to whole chunks.
+template <typename T>
+int64_t block_keys(const AttentionParams<T>& p, int64_t r0, int64_t R, const Scratch<T>& w) {
+  return p.causal ? round_up(std::min(p.L, r0 + R), kChunk<T>) : w.LP;
+}
+
+template <typename T>
+void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
+  Scratch<T> w(p, false);
+  const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
+  for (int64_t bh = begin; bh < end; ++bh) {
+    load_item(p, bh, w, false);
+    const T* q = p.q + bh * L * dh;
+    T* o = p.o + bh * L * dh;
+    T* lse = p.lse + bh * L;
+    for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
+      const int64_t R = std::min(w.BR, L - r0), n = block_keys(p, r0, R, w);
+      load_rows(q, r0, R, dh, p.scale, w, w.qs);
+      scores(w.qs.data(), R, DP, w.kt.data(), LP, n, w.s.data());
+      mask_scores(p, r0, R, n, w);
+      for (int64_t r = 0; r < w.BR; ++r) {
+        T* s = w.s.data() + r * LP;
+        V<T> mx = splat<T>(-std::numeric_limits<T>::infinity());
+        if (r < R)
+          for (int64_t j = 0; j < n; j += kN<T>) {
+            const V<T> x = vload<T>(s + j);
+            mx = mx > x ? mx : x;
+          }
+        const T m = hmax<T>(mx);
+        if (r >= R || m == -std::numeric_limits<T>::infinity()) {
+          // A padded row of the block, or a query that sees no key: probability 0 everywhere.
+          std::fill(s, s + n, T(0));
+          if (r < R) lse[r0 + r] = std::numeric_limits<T>::infinity();
+          continue;
+        }
+        V<T> sum{};
+        for (int64_t j = 0; j < n; j += kN<T>) {
+          const V<T> e = exp_nonpos<T>(vload<T>(s + j) - m);
+          vstore<T>(s + j, e);
+          sum += e;
+        }
+        const T l = hsum<T>(sum), inv = T(1) / l;
+        for (int64_t j = 0; j < n; j += kN<T>) vstore<T>(s + j, vload<T>(s + j) * inv);
+        lse[r0 + r] = m + std::log(l);
+      }
+      rows(w.s.data(), round_up(R, kRowTile), LP, n, w.vp.data(), DP, w.out.data());
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(o + (r0 + r) * dh, w.out.data() + r * DP, sizeof(T) * dh);
+    }
+  }
+}
+
+template <typename T>
+void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
+  Scratch<T> w(p, true);
+  const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
+  for (int64_t bh = begin; bh < end; ++bh) {
+    load_item(p, bh, w, true);
+    std::fill(w.dk.begin(), w.dk.end(), T(0));
+    std::fill(w.dv.begin(), w.dv.end(), T(0));
+    const T* q = p.q + bh * L * dh;
+    const T* o = p.o + bh * L * dh;
+    const T* go = p.grad_o + bh * L * dh;
+    const T* lse = p.lse + bh * L;
+    T* gq = p.grad_q + bh * L * dh;
+    for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
+      const int64_t R = std::min(w.BR, L - r0), n = block_keys(p, r0, R, w);
+      const int64_t RT = round_up(R, kRowTile);
+      load_rows(q, r0, R, dh, p.scale, w, w.qs);
+      load_rows(go, r0, R, dh, T(1), w, w.dop);
+      // D_r = dO_r . O_r: the softmax Jacobian's row term.
+      for (int64_t r = 0; r < R; ++r) {
+        T acc = 0;
+        for (int64_t d = 0; d < dh; ++d) acc += go[(r0 + r) * dh + d] * o[(r0 + r) * dh + d];
+        w.di[r] = acc;
+      }
+      scores(w.qs.data(), R, DP, w.kt.data(), LP, n, w.s.data());
+      mask_scores(p, r0, R, n, w);
+      for (int64_t r = 0; r < RT; ++r) {
+        T* s = w.s.data() + r * LP;
+        if (r >= R) {
+          std::fill(s, s + n, T(0));
+          continue;
+        }
+        const V<T> m = splat<T>(lse[r0 + r]);  // +inf for a row without keys: P = 0
+        for (int64_t j = 0; j < n; j += kN<T>) vstore<T>(s + j, exp_nonpos<T>(vload<T>(s + j) - m));
+      }
+      // dV += P^T dO
+      columns(w.s.data(), R, LP, n, w.dop.data(), DP, w.dv.data());
+      // dP = dO V^T, then dS = P (dP - D) in place
+      scores(w.dop.data(), R, DP, w.vt.data(), LP, n, w.ds.data());
+      for (int64_t r = 0; r < RT; ++r) {
+        T* ds = w.ds.data() + r * LP;
+        const T* s = w.s.data() + r * LP;
+        if (r >= R) {
+          std::fill(ds, ds + n, T(0));
+          continue;
+        }
+        const V<T> dr = splat<T>(w.di[r]);
+        for (int64_t j = 0; j < n; j += kN<T>)
+          vstore<T>(ds + j, vload<T>(s + j) * (vload<T>(ds + j) - dr));
+      }
+      // dQ = scale dS K;  dK += dS^T (scale Q)
+      rows(w.ds.data(), RT, LP, n, w.kp.data(), DP, w.out.data());
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t d = 0; d < dh; ++d) gq[(r0 + r) * dh + d] = p.scale * w.out[r * DP + d];
+      columns(w.ds.data(), R, LP, n, w.qs.data(), DP, w.dk.data());
+    }
+    T* gk = p.grad_k + bh * L * dh;
+    T* gv = p.grad_v + bh * L * dh;
+    for (int64_t j = 0; j < L; ++j) {
+      std::memcpy(gk + j * dh, w.dk.data() + j * DP, sizeof(T) * dh);
+      std::memcpy(gv + j * dh, w.dv.data() + j * DP, sizeof(T) * dh);
+    }
+  }
+}
+
+}  // namespace attn
+
+template <typename T>
+void attention_forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
+  attn::forward_items<T>(p, begin, end);
+}
+
+template <typename T>
+void attention_backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
+  attn::backward_items<T>(p, begin, end);
+}
+
+template void attention_forward_items<float>(const AttentionParams<float>&, int64_t, int64_t);
+template void attention_forward_items<double>(const AttentionParams<double>&, int64_t, int64_t);
+template void attention_backward_items<float>(const AttentionParams<float>&, int64_t, int64_t);
+template void attention_backward_items<double>(const AttentionParams<double>&, int64_t, int64_t);
+
+}  // namespace seqmix::ops::cpu::SEQMIX_ISA
