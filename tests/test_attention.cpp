@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/ops/cpu/attention_kernel.h"
 #include "seqmix/ops/attention.h"
 #include "support/gradcheck.h"
 
@@ -16,8 +17,8 @@ namespace {
 // so causal queries there see no key at all.
 at::Tensor random_mask(int64_t B, int64_t L, bool lead) {
   at::Tensor m = at::rand({B, L}) > 0.3;
-  m.select(1, L - 1).fill_(false);
-  if (L > 1) m.select(1, L / 2).fill_(true);
+  if (L > 1) m.select(1, L - 1).fill_(false);
+  m.select(1, L / 2).fill_(true);
   if (lead) m.narrow(1, 0, std::min<int64_t>(L, 2)).fill_(false);
   return m;
 }
@@ -48,6 +49,8 @@ std::vector<AttentionCase> attention_registry() {
   cases.push_back({"bidir_L1024_dh16_masked_f32", 1, 2, 1024, 16, false, true, at::kFloat});
   cases.push_back({"causal_L700_dh64_masked_f32", 1, 2, 700, 64, true, true, at::kFloat});
   cases.push_back({"causal_L300_dh64_f64", 1, 1, 300, 64, true, false, at::kDouble});
+  // Query blocks of 32 rows (the block shrinks as L grows).
+  cases.push_back({"bidir_L4096_dh8_masked_f32", 1, 1, 4096, 8, false, true, at::kFloat});
   return cases;
 }
 
@@ -55,6 +58,12 @@ class AttentionCaseTest : public ::testing::TestWithParam<AttentionCase> {};
 
 struct Out {
   at::Tensor o, dq, dk, dv;
+};
+
+// Runs the baseline-ISA build of the kernel while alive (the CPU may have AVX-512).
+struct BaseIsaGuard {
+  explicit BaseIsaGuard(bool on) { seqmix::ops::cpu::attention_force_base_isa(on); }
+  ~BaseIsaGuard() { seqmix::ops::cpu::attention_force_base_isa(false); }
 };
 
 Out run(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, const at::Tensor& mask,
@@ -84,30 +93,36 @@ TEST_P(AttentionCaseTest, KernelMatchesReferenceForwardAndBackward) {
   const at::Tensor v = at::randn({c.B, c.H, c.L, c.dh}).to(c.dtype);
   const at::Tensor go = at::randn({c.B, c.H, c.L, c.dh}).to(c.dtype);
   const at::Tensor mask = c.masked ? random_mask(c.B, c.L, c.causal) : at::Tensor();
-  const Out kr = run(q, k, v, mask, go, c.causal, true);
   const Out rf = run(q, k, v, mask, go, c.causal, false);
   const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
   const Out t = run(d(q), d(k), d(v), mask, d(go), c.causal, false);
   const double tol = c.dtype == at::kDouble ? 1e-10 : 1e-4;
-  const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> pairs = {
-      {"o", {kr.o, t.o}}, {"dq", {kr.dq, t.dq}}, {"dk", {kr.dk, t.dk}}, {"dv", {kr.dv, t.dv}}};
-  for (const auto& [name, kt] : pairs) EXPECT_LT(rel_err(kt.first, kt.second), tol) << name;
-  if (c.dtype == at::kFloat) {
-    // Flash-attention's rule: at most 2x the float32 reference's distance from the truth.
-    const std::vector<std::pair<at::Tensor, at::Tensor>> ref = {
-        {rf.o, t.o}, {rf.dq, t.dq}, {rf.dk, t.dk}, {rf.dv, t.dv}};
-    for (size_t i = 0; i < pairs.size(); ++i)
-      EXPECT_LT(rel_err(pairs[i].second.first, pairs[i].second.second),
-                2 * rel_err(ref[i].first, ref[i].second) + 1e-6)
-          << pairs[i].first << " (flash-attention's 2x rule)";
-  }
-  for (const auto& g : {kr.o, kr.dq, kr.dk, kr.dv})
-    EXPECT_TRUE(at::isfinite(g).all().item<bool>());
-  if (c.masked) {
-    // A padded key receives no gradient: it influenced nothing.
-    const at::Tensor pad = mask.logical_not().view({c.B, 1, c.L, 1}).expand_as(kr.dk);
-    EXPECT_EQ(kr.dk.masked_select(pad).abs().max().item<double>(), 0.0);
-    EXPECT_EQ(kr.dv.masked_select(pad).abs().max().item<double>(), 0.0);
+  // Both builds of the kernel: the one this CPU runs and the baseline one.
+  for (bool base : {false, true}) {
+    BaseIsaGuard guard(base);
+    const Out kr = run(q, k, v, mask, go, c.causal, true);
+    const std::string isa = base ? " (baseline ISA)" : "";
+    const std::vector<std::pair<std::string, std::pair<at::Tensor, at::Tensor>>> pairs = {
+        {"o", {kr.o, t.o}}, {"dq", {kr.dq, t.dq}}, {"dk", {kr.dk, t.dk}}, {"dv", {kr.dv, t.dv}}};
+    for (const auto& [name, kt] : pairs)
+      EXPECT_LT(rel_err(kt.first, kt.second), tol) << name << isa;
+    if (c.dtype == at::kFloat) {
+      // Flash-attention's rule: at most 2x the float32 reference's distance from the truth.
+      const std::vector<std::pair<at::Tensor, at::Tensor>> ref = {
+          {rf.o, t.o}, {rf.dq, t.dq}, {rf.dk, t.dk}, {rf.dv, t.dv}};
+      for (size_t i = 0; i < pairs.size(); ++i)
+        EXPECT_LT(rel_err(pairs[i].second.first, pairs[i].second.second),
+                  2 * rel_err(ref[i].first, ref[i].second) + 1e-6)
+            << pairs[i].first << isa << " (flash-attention's 2x rule)";
+    }
+    for (const auto& g : {kr.o, kr.dq, kr.dk, kr.dv})
+      EXPECT_TRUE(at::isfinite(g).all().item<bool>()) << isa;
+    if (c.masked && !mask.all().item<bool>()) {
+      // A padded key receives no gradient: it influenced nothing.
+      const at::Tensor pad = mask.logical_not().view({c.B, 1, c.L, 1}).expand_as(kr.dk);
+      EXPECT_EQ(kr.dk.masked_select(pad).abs().max().item<double>(), 0.0) << isa;
+      EXPECT_EQ(kr.dv.masked_select(pad).abs().max().item<double>(), 0.0) << isa;
+    }
   }
 }
 
@@ -137,10 +152,14 @@ TEST(Attention, QueriesWithoutKeysGiveZeroAndNoGradient) {
     const at::Tensor o = seqmix::ops::attention(q, k, v, mask, true, impl);
     EXPECT_EQ(o.narrow(2, 0, 2).abs().max().item<double>(), 0.0) << to_string(impl);
     EXPECT_GT(o.narrow(2, 2, 3).abs().max().item<double>(), 0.0) << to_string(impl);
-    q.mutable_grad() = at::Tensor();
+    for (const auto& t : {q, k, v}) t.mutable_grad() = at::Tensor();
     o.sum().backward();
     EXPECT_EQ(q.grad().narrow(2, 0, 2).abs().max().item<double>(), 0.0) << to_string(impl);
-    EXPECT_TRUE(at::isfinite(q.grad()).all().item<bool>()) << to_string(impl);
+    // The padded keys 0 and 1 influenced nothing.
+    EXPECT_EQ(k.grad().narrow(2, 0, 2).abs().max().item<double>(), 0.0) << to_string(impl);
+    EXPECT_EQ(v.grad().narrow(2, 0, 2).abs().max().item<double>(), 0.0) << to_string(impl);
+    for (const auto& t : {q, k, v})
+      EXPECT_TRUE(at::isfinite(t.grad()).all().item<bool>()) << to_string(impl);
   }
 }
 
@@ -152,12 +171,14 @@ TEST(Attention, AllValidMaskEqualsNoMaskAndPaddingChangesNoValidRow) {
     const at::Tensor all = at::ones({2, 40}, at::kBool);
     EXPECT_TRUE(at::equal(seqmix::ops::attention_kernel(q, k, v, all, causal),
                           seqmix::ops::attention_kernel(q, k, v, {}, causal)));
-    // Appending 24 padded positions leaves the first 40 outputs as they were.
-    const auto pad = [](const at::Tensor& t) { return at::constant_pad_nd(t, {0, 0, 0, 24}, 7.0); };
-    const at::Tensor mask = at::cat({all, at::zeros({2, 24}, at::kBool)}, 1);
+    // 24 padded positions in front, holding large values that would dominate any softmax,
+    // leave the 40 outputs as they were (causal queries see those keys unless masked).
+    const auto pad = [](const at::Tensor& t) { return at::constant_pad_nd(t, {0, 0, 24, 0}, 100.0); };
+    const at::Tensor mask = at::cat({at::zeros({2, 24}, at::kBool), all}, 1);
     const at::Tensor padded = seqmix::ops::attention_kernel(pad(q), pad(k), pad(v), mask, causal);
-    EXPECT_TRUE(at::allclose(padded.narrow(2, 0, 40),
-                             seqmix::ops::attention_kernel(q, k, v, {}, causal), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(padded.narrow(2, 24, 40),
+                             seqmix::ops::attention_kernel(q, k, v, {}, causal), 1e-5, 1e-6))
+        << (causal ? "causal" : "bidir");
   }
 }
 

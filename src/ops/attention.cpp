@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "check_mask.h"
 #include "cpu/attention_kernel.h"
@@ -22,6 +23,7 @@ void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, cons
                                 {"v", v}}) {
     TORCH_CHECK(t.defined() && t.dim() == 4, fn, ": ", name, " must be [B, H, L, d_head], got ",
                 t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(t.device().is_cpu(), fn, ": ", name, " must be a CPU tensor, got ", t.device());
     TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, fn, ": ", name,
                 " must be float32 or float64, got ", t.scalar_type());
     TORCH_CHECK(t.sizes() == q.sizes(), fn, ": ", name, " is ", t.sizes(), " but q is ",
@@ -30,6 +32,8 @@ void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, cons
                 " differs from q dtype ", q.scalar_type());
   }
   check_padding_mask(fn, key_mask, q.size(0), q.size(2));
+  TORCH_CHECK(!key_mask.defined() || key_mask.device().is_cpu(), fn,
+              ": key_mask must be a CPU tensor, got ", key_mask.device());
 }
 
 template <typename T>
@@ -63,7 +67,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         p.o = o.data_ptr<scalar_t>();
         p.lse = lse.data_ptr<scalar_t>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
-          cpu::attention_forward<scalar_t>(p, begin, end);
+          std::vector<scalar_t> scratch(cpu::attention_scratch_elems(p, false));
+          cpu::attention_forward<scalar_t>(p, begin, end, scratch.data());
         });
       });
     }
@@ -77,6 +82,10 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &key_mask = saved[3],
                      &o = saved[4], &lse = saved[5];
+    // First-order only: the kernel's gradient is not itself differentiable.
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "attention_kernel: double backward is not supported (use "
+                "model.attention_impl = \"reference\")");
     const at::Tensor go = grads[0].contiguous();
     at::Tensor gq = at::zeros_like(q), gk = at::zeros_like(k), gv = at::zeros_like(v);
     if (q.numel() > 0) {
@@ -89,7 +98,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         p.grad_k = gk.data_ptr<scalar_t>();
         p.grad_v = gv.data_ptr<scalar_t>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
-          cpu::attention_backward<scalar_t>(p, begin, end);
+          std::vector<scalar_t> scratch(cpu::attention_scratch_elems(p, true));
+          cpu::attention_backward<scalar_t>(p, begin, end, scratch.data());
         });
       });
     }

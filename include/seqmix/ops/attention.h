@@ -34,7 +34,8 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 /// computed, masked, softmaxed and multiplied by V while in cache; only O and the per-row
 /// log-sum-exp [B, H, L] are stored. Backward (a torch::autograd::Function) recomputes the
 /// probabilities from the log-sum-exp. O(B H L d_head) memory instead of O(B H L^2).
-/// No dropout on the probabilities (the layer falls back to the reference for that).
+/// No dropout on the probabilities (the layer falls back to the reference for that); first-
+/// order gradients only (double backward throws c10::Error).
 /// Same contract as attention_reference.
 at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& key_mask, bool causal);

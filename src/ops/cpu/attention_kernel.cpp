@@ -1,40 +1,60 @@
 // Run-time dispatch of the attention kernels to the widest instruction set the CPU has.
 #include "attention_kernel.h"
 
+#include <atomic>
+
 #include "aib_scan_kernel.h"  // aib_kernel_uses_avx512: the same CPU check
 
 namespace seqmix::ops::cpu {
 
+namespace {
+std::atomic<bool> g_force_base{false};
+bool use_avx512() { return aib_kernel_uses_avx512() && !g_force_base.load(std::memory_order_relaxed); }
+}  // namespace
+
+void attention_force_base_isa(bool base) { g_force_base.store(base); }
+
 #define SEQMIX_DECLARE_ISA(ns)                                                                 \
   namespace ns {                                                                               \
   template <typename T>                                                                        \
-  void attention_forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end);      \
+  int64_t attention_scratch(const AttentionParams<T>& p, bool backward);                      \
   template <typename T>                                                                        \
-  void attention_backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end);     \
+  void attention_forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* w); \
+  template <typename T>                                                                        \
+  void attention_backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* w);\
   }
 SEQMIX_DECLARE_ISA(avx512)
 SEQMIX_DECLARE_ISA(base)
 #undef SEQMIX_DECLARE_ISA
 
+// Both builds lay the scratch out alike (64-byte vectors either way).
 template <typename T>
-void attention_forward(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  if (aib_kernel_uses_avx512())
-    avx512::attention_forward_items<T>(p, begin, end);
-  else
-    base::attention_forward_items<T>(p, begin, end);
+int64_t attention_scratch_elems(const AttentionParams<T>& p, bool backward) {
+  return base::attention_scratch<T>(p, backward);
 }
 
 template <typename T>
-void attention_backward(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  if (aib_kernel_uses_avx512())
-    avx512::attention_backward_items<T>(p, begin, end);
+void attention_forward(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch) {
+  if (use_avx512())
+    avx512::attention_forward_items<T>(p, begin, end, scratch);
   else
-    base::attention_backward_items<T>(p, begin, end);
+    base::attention_forward_items<T>(p, begin, end, scratch);
 }
 
-template void attention_forward<float>(const AttentionParams<float>&, int64_t, int64_t);
-template void attention_forward<double>(const AttentionParams<double>&, int64_t, int64_t);
-template void attention_backward<float>(const AttentionParams<float>&, int64_t, int64_t);
-template void attention_backward<double>(const AttentionParams<double>&, int64_t, int64_t);
+template <typename T>
+void attention_backward(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch) {
+  if (use_avx512())
+    avx512::attention_backward_items<T>(p, begin, end, scratch);
+  else
+    base::attention_backward_items<T>(p, begin, end, scratch);
+}
+
+template int64_t attention_scratch_elems<float>(const AttentionParams<float>&, bool);
+template int64_t attention_scratch_elems<double>(const AttentionParams<double>&, bool);
+template void attention_forward<float>(const AttentionParams<float>&, int64_t, int64_t, float*);
+template void attention_forward<double>(const AttentionParams<double>&, int64_t, int64_t, double*);
+template void attention_backward<float>(const AttentionParams<float>&, int64_t, int64_t, float*);
+template void attention_backward<double>(const AttentionParams<double>&, int64_t, int64_t,
+                                         double*);
 
 }  // namespace seqmix::ops::cpu

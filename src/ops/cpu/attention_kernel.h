@@ -32,12 +32,23 @@ struct AttentionParams {
   bool causal = false;
 };
 
-/// Runs items [begin, end) of the forward pass (writes o and lse).
+/// Elements of T one range of items needs as scratch (the caller allocates it: the per-ISA
+/// files use no std:: containers, whose out-of-line copies the linker could share between
+/// instruction sets).
 template <typename T>
-void attention_forward(const AttentionParams<T>& p, int64_t begin, int64_t end);
+int64_t attention_scratch_elems(const AttentionParams<T>& p, bool backward);
 
-/// Runs items [begin, end) of the backward pass (writes grad_q, grad_k, grad_v).
+/// Runs items [begin, end) of the forward pass (writes o and lse); `scratch` holds
+/// attention_scratch_elems(p, false) elements.
 template <typename T>
-void attention_backward(const AttentionParams<T>& p, int64_t begin, int64_t end);
+void attention_forward(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch);
+
+/// Runs items [begin, end) of the backward pass (writes grad_q, grad_k, grad_v); `scratch`
+/// holds attention_scratch_elems(p, true) elements.
+template <typename T>
+void attention_backward(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch);
+
+/// Tests: run the baseline-ISA build even on a CPU with AVX-512.
+void attention_force_base_isa(bool base);
 
 }  // namespace seqmix::ops::cpu

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "attention_kernel.h"
 #include "vec_math_impl.h"
@@ -144,34 +143,47 @@ void columns(const T* P, int64_t R, int64_t ld, int64_t n, const T* X, int64_t D
     }
 }
 
-// One item's padded copies and the per-block buffers. Sized once per range of items.
+// One item's padded copies and the per-block buffers, carved out of the caller's scratch
+// (attention_scratch gives its size) and zeroed once per range of items: the padding stays 0.
 template <typename T>
 struct Scratch {
   int64_t DP, LP, BR;
-  std::vector<T> kt, vt, kp, vp, bias, qs, dop, s, ds, out, dk, dv, di;
+  T *kt, *vp, *bias, *qs, *s, *out;          // forward and backward
+  T *vt, *kp, *dop, *ds, *dk, *dv, *di;      // backward only
 
-  Scratch(const AttentionParams<T>& p, bool backward) {
+  Scratch(const AttentionParams<T>& p, bool backward, T* base = nullptr) {
     DP = round_up(p.dh, kN<T>);
     LP = round_up(std::max<int64_t>(p.L, 1), kChunk<T>);
     BR = std::clamp<int64_t>(kScoreBytes / static_cast<int64_t>(sizeof(T)) / LP / kRowTile *
                                  kRowTile,
                              kRowTile, 64);
-    kt.assign(DP * LP, 0);
-    vp.assign(LP * DP, 0);
-    bias.assign(LP, 0);
-    qs.assign(BR * DP, 0);
-    s.assign(BR * LP, 0);
-    out.assign(BR * DP, 0);
+    T* at = base;
+    const auto take = [&](int64_t n) {
+      T* q = at;
+      at += n;
+      return q;
+    };
+    kt = take(DP * LP);
+    vp = take(LP * DP);
+    bias = take(LP);
+    qs = take(BR * DP);
+    s = take(BR * LP);
+    out = take(BR * DP);
+    vt = kp = dop = ds = dk = dv = di = nullptr;
     if (backward) {
-      vt.assign(DP * LP, 0);
-      kp.assign(LP * DP, 0);
-      dop.assign(BR * DP, 0);
-      ds.assign(BR * LP, 0);
-      dk.assign(LP * DP, 0);
-      dv.assign(LP * DP, 0);
-      di.assign(BR, 0);
+      vt = take(DP * LP);
+      kp = take(LP * DP);
+      dop = take(BR * DP);
+      ds = take(BR * LP);
+      dk = take(LP * DP);
+      dv = take(LP * DP);
+      di = take(BR);
     }
+    elems = at - base;
+    if (base)
+      for (T* x = base; x < at; ++x) *x = 0;
   }
+  int64_t elems;
 };
 
 // Copies item bh's keys and values (and their transposes as asked) into the scratch and sets
@@ -197,22 +209,24 @@ void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool back
 
 // Copies rows [r0, r0 + R) of src [L][dh] into dst [BR][DP] times `mul`, zero elsewhere.
 template <typename T>
-void load_rows(const T* src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& w,
-               std::vector<T>& dst) {
-  std::fill(dst.begin(), dst.end(), T(0));
+void load_rows(const T* src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& w, T* dst) {
+  for (int64_t i = 0; i < w.BR * w.DP; ++i) dst[i] = 0;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t d = 0; d < dh; ++d) dst[r * w.DP + d] = mul * src[(r0 + r) * dh + d];
 }
 
-// Adds the key bias to the block's scores and hides the future (causal): row r, query
+// Sets the scores of masked and padded keys to -inf (a select, not an add: a non-finite k at
+// a padded position must not reach the row) and hides the future (causal): row r, query
 // r0 + r, sees keys j <= r0 + r.
 template <typename T>
 void mask_scores(const AttentionParams<T>& p, int64_t r0, int64_t R, int64_t n, Scratch<T>& w) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < R; ++r) {
-    T* s = w.s.data() + r * w.LP;
-    for (int64_t j = 0; j < n; j += kN<T>)
-      vstore<T>(s + j, vload<T>(s + j) + vload<T>(w.bias.data() + j));
+    T* s = w.s + r * w.LP;
+    for (int64_t j = 0; j < n; j += kN<T>) {
+      const V<T> b = vload<T>(w.bias + j);
+      vstore<T>(s + j, b == splat<T>(0) ? vload<T>(s + j) : b);
+    }
     if (p.causal)
       for (int64_t j = r0 + r + 1; j < n; ++j) s[j] = ninf;
   }
@@ -225,8 +239,8 @@ int64_t block_keys(const AttentionParams<T>& p, int64_t r0, int64_t R, const Scr
 }
 
 template <typename T>
-void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  Scratch<T> w(p, false);
+void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch) {
+  Scratch<T> w(p, false, scratch);
   const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
   for (int64_t bh = begin; bh < end; ++bh) {
     load_item(p, bh, w, false);
@@ -236,10 +250,10 @@ void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
     for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
       const int64_t R = std::min(w.BR, L - r0), n = block_keys(p, r0, R, w);
       load_rows(q, r0, R, dh, p.scale, w, w.qs);
-      scores(w.qs.data(), R, DP, w.kt.data(), LP, n, w.s.data());
+      scores(w.qs, R, DP, w.kt, LP, n, w.s);
       mask_scores(p, r0, R, n, w);
       for (int64_t r = 0; r < w.BR; ++r) {
-        T* s = w.s.data() + r * LP;
+        T* s = w.s + r * LP;
         V<T> mx = splat<T>(-std::numeric_limits<T>::infinity());
         if (r < R)
           for (int64_t j = 0; j < n; j += kN<T>) {
@@ -249,7 +263,7 @@ void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
         const T m = hmax<T>(mx);
         if (r >= R || m == -std::numeric_limits<T>::infinity()) {
           // A padded row of the block, or a query that sees no key: probability 0 everywhere.
-          std::fill(s, s + n, T(0));
+          for (int64_t j = 0; j < n; ++j) s[j] = 0;
           if (r < R) lse[r0 + r] = std::numeric_limits<T>::infinity();
           continue;
         }
@@ -263,21 +277,20 @@ void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
         for (int64_t j = 0; j < n; j += kN<T>) vstore<T>(s + j, vload<T>(s + j) * inv);
         lse[r0 + r] = m + std::log(l);
       }
-      rows(w.s.data(), round_up(R, kRowTile), LP, n, w.vp.data(), DP, w.out.data());
+      rows(w.s, round_up(R, kRowTile), LP, n, w.vp, DP, w.out);
       for (int64_t r = 0; r < R; ++r)
-        std::memcpy(o + (r0 + r) * dh, w.out.data() + r * DP, sizeof(T) * dh);
+        std::memcpy(o + (r0 + r) * dh, w.out + r * DP, sizeof(T) * dh);
     }
   }
 }
 
 template <typename T>
-void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  Scratch<T> w(p, true);
+void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch) {
+  Scratch<T> w(p, true, scratch);
   const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
   for (int64_t bh = begin; bh < end; ++bh) {
     load_item(p, bh, w, true);
-    std::fill(w.dk.begin(), w.dk.end(), T(0));
-    std::fill(w.dv.begin(), w.dv.end(), T(0));
+    for (int64_t i = 0; i < LP * DP; ++i) w.dk[i] = w.dv[i] = 0;
     const T* q = p.q + bh * L * dh;
     const T* o = p.o + bh * L * dh;
     const T* go = p.grad_o + bh * L * dh;
@@ -294,26 +307,26 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
         for (int64_t d = 0; d < dh; ++d) acc += go[(r0 + r) * dh + d] * o[(r0 + r) * dh + d];
         w.di[r] = acc;
       }
-      scores(w.qs.data(), R, DP, w.kt.data(), LP, n, w.s.data());
+      scores(w.qs, R, DP, w.kt, LP, n, w.s);
       mask_scores(p, r0, R, n, w);
       for (int64_t r = 0; r < RT; ++r) {
-        T* s = w.s.data() + r * LP;
+        T* s = w.s + r * LP;
         if (r >= R) {
-          std::fill(s, s + n, T(0));
+          for (int64_t j = 0; j < n; ++j) s[j] = 0;
           continue;
         }
         const V<T> m = splat<T>(lse[r0 + r]);  // +inf for a row without keys: P = 0
         for (int64_t j = 0; j < n; j += kN<T>) vstore<T>(s + j, exp_nonpos<T>(vload<T>(s + j) - m));
       }
       // dV += P^T dO
-      columns(w.s.data(), R, LP, n, w.dop.data(), DP, w.dv.data());
+      columns(w.s, R, LP, n, w.dop, DP, w.dv);
       // dP = dO V^T, then dS = P (dP - D) in place
-      scores(w.dop.data(), R, DP, w.vt.data(), LP, n, w.ds.data());
+      scores(w.dop, R, DP, w.vt, LP, n, w.ds);
       for (int64_t r = 0; r < RT; ++r) {
-        T* ds = w.ds.data() + r * LP;
-        const T* s = w.s.data() + r * LP;
+        T* ds = w.ds + r * LP;
+        const T* s = w.s + r * LP;
         if (r >= R) {
-          std::fill(ds, ds + n, T(0));
+          for (int64_t j = 0; j < n; ++j) ds[j] = 0;
           continue;
         }
         const V<T> dr = splat<T>(w.di[r]);
@@ -321,16 +334,16 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
           vstore<T>(ds + j, vload<T>(s + j) * (vload<T>(ds + j) - dr));
       }
       // dQ = scale dS K;  dK += dS^T (scale Q)
-      rows(w.ds.data(), RT, LP, n, w.kp.data(), DP, w.out.data());
+      rows(w.ds, RT, LP, n, w.kp, DP, w.out);
       for (int64_t r = 0; r < R; ++r)
         for (int64_t d = 0; d < dh; ++d) gq[(r0 + r) * dh + d] = p.scale * w.out[r * DP + d];
-      columns(w.ds.data(), R, LP, n, w.qs.data(), DP, w.dk.data());
+      columns(w.ds, R, LP, n, w.qs, DP, w.dk);
     }
     T* gk = p.grad_k + bh * L * dh;
     T* gv = p.grad_v + bh * L * dh;
     for (int64_t j = 0; j < L; ++j) {
-      std::memcpy(gk + j * dh, w.dk.data() + j * DP, sizeof(T) * dh);
-      std::memcpy(gv + j * dh, w.dv.data() + j * DP, sizeof(T) * dh);
+      std::memcpy(gk + j * dh, w.dk + j * DP, sizeof(T) * dh);
+      std::memcpy(gv + j * dh, w.dv + j * DP, sizeof(T) * dh);
     }
   }
 }
@@ -338,18 +351,29 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
 }  // namespace attn
 
 template <typename T>
-void attention_forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  attn::forward_items<T>(p, begin, end);
+int64_t attention_scratch(const AttentionParams<T>& p, bool backward) {
+  return attn::Scratch<T>(p, backward).elems;
 }
 
 template <typename T>
-void attention_backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end) {
-  attn::backward_items<T>(p, begin, end);
+void attention_forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* w) {
+  attn::forward_items<T>(p, begin, end, w);
 }
 
-template void attention_forward_items<float>(const AttentionParams<float>&, int64_t, int64_t);
-template void attention_forward_items<double>(const AttentionParams<double>&, int64_t, int64_t);
-template void attention_backward_items<float>(const AttentionParams<float>&, int64_t, int64_t);
-template void attention_backward_items<double>(const AttentionParams<double>&, int64_t, int64_t);
+template <typename T>
+void attention_backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* w) {
+  attn::backward_items<T>(p, begin, end, w);
+}
+
+template int64_t attention_scratch<float>(const AttentionParams<float>&, bool);
+template int64_t attention_scratch<double>(const AttentionParams<double>&, bool);
+template void attention_forward_items<float>(const AttentionParams<float>&, int64_t, int64_t,
+                                             float*);
+template void attention_forward_items<double>(const AttentionParams<double>&, int64_t, int64_t,
+                                              double*);
+template void attention_backward_items<float>(const AttentionParams<float>&, int64_t, int64_t,
+                                              float*);
+template void attention_backward_items<double>(const AttentionParams<double>&, int64_t, int64_t,
+                                               double*);
 
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA
