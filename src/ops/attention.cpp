@@ -7,7 +7,7 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <vector>
+#include <memory>
 
 #include "check_mask.h"
 #include "cpu/attention_kernel.h"
@@ -59,7 +59,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_mask,
                             bool causal) {
-    at::Tensor o = at::zeros_like(q);
+    at::Tensor o = at::empty_like(q);  // every row is written (0 for a row without keys)
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
     if (q.numel() > 0) {
       AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
@@ -67,8 +67,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         p.o = o.data_ptr<scalar_t>();
         p.lse = lse.data_ptr<scalar_t>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
-          std::vector<scalar_t> scratch(cpu::attention_scratch_elems(p, false));
-          cpu::attention_forward<scalar_t>(p, begin, end, scratch.data());
+          // Uninitialised: the kernel zeroes its scratch itself.
+          std::unique_ptr<scalar_t[]> scratch(new scalar_t[cpu::attention_scratch_elems(p, false)]);
+          cpu::attention_forward<scalar_t>(p, begin, end, scratch.get());
         });
       });
     }
@@ -87,7 +88,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                 "attention_kernel: double backward is not supported (use "
                 "model.attention_impl = \"reference\")");
     const at::Tensor go = grads[0].contiguous();
-    at::Tensor gq = at::zeros_like(q), gk = at::zeros_like(k), gv = at::zeros_like(v);
+    at::Tensor gq = at::empty_like(q), gk = at::empty_like(k), gv = at::empty_like(v);
     if (q.numel() > 0) {
       AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
         auto p = make_params<scalar_t>(q, k, v, key_mask, ctx->saved_data["causal"].toBool());
@@ -98,8 +99,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         p.grad_k = gk.data_ptr<scalar_t>();
         p.grad_v = gv.data_ptr<scalar_t>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
-          std::vector<scalar_t> scratch(cpu::attention_scratch_elems(p, true));
-          cpu::attention_backward<scalar_t>(p, begin, end, scratch.data());
+          std::unique_ptr<scalar_t[]> scratch(new scalar_t[cpu::attention_scratch_elems(p, true)]);
+          cpu::attention_backward<scalar_t>(p, begin, end, scratch.get());
         });
       });
     }

@@ -238,6 +238,17 @@ int64_t block_keys(const AttentionParams<T>& p, int64_t r0, int64_t R, const Scr
   return p.causal ? round_up(std::min(p.L, r0 + R), kChunk<T>) : w.LP;
 }
 
+// The block's scaled, masked scores S = (scale Q) K^T into w.s, with scale Q kept in w.qs.
+// Forward and backward both call this, so backward's scores are forward's to the last bit and
+// exp(S - lse) is exactly the forward probability.
+template <typename T>
+void block_scores(const AttentionParams<T>& p, const T* q, int64_t r0, int64_t R, int64_t n,
+                  Scratch<T>& w) {
+  load_rows(q, r0, R, p.dh, p.scale, w, w.qs);
+  scores(w.qs, R, w.DP, w.kt, w.LP, n, w.s);
+  mask_scores(p, r0, R, n, w);
+}
+
 template <typename T>
 void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* scratch) {
   Scratch<T> w(p, false, scratch);
@@ -249,9 +260,7 @@ void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* s
     T* lse = p.lse + bh * L;
     for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
       const int64_t R = std::min(w.BR, L - r0), n = block_keys(p, r0, R, w);
-      load_rows(q, r0, R, dh, p.scale, w, w.qs);
-      scores(w.qs, R, DP, w.kt, LP, n, w.s);
-      mask_scores(p, r0, R, n, w);
+      block_scores(p, q, r0, R, n, w);
       for (int64_t r = 0; r < w.BR; ++r) {
         T* s = w.s + r * LP;
         V<T> mx = splat<T>(-std::numeric_limits<T>::infinity());
@@ -299,7 +308,7 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* 
     for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
       const int64_t R = std::min(w.BR, L - r0), n = block_keys(p, r0, R, w);
       const int64_t RT = round_up(R, kRowTile);
-      load_rows(q, r0, R, dh, p.scale, w, w.qs);
+      block_scores(p, q, r0, R, n, w);
       load_rows(go, r0, R, dh, T(1), w, w.dop);
       // D_r = dO_r . O_r: the softmax Jacobian's row term.
       for (int64_t r = 0; r < R; ++r) {
@@ -307,8 +316,6 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* 
         for (int64_t d = 0; d < dh; ++d) acc += go[(r0 + r) * dh + d] * o[(r0 + r) * dh + d];
         w.di[r] = acc;
       }
-      scores(w.qs, R, DP, w.kt, LP, n, w.s);
-      mask_scores(p, r0, R, n, w);
       for (int64_t r = 0; r < RT; ++r) {
         T* s = w.s + r * LP;
         if (r >= R) {
