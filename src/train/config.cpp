@@ -73,6 +73,7 @@ toml::table to_table(const RunConfig& c) {
                     {"min_lr_ratio", t.min_lr_ratio},
                     {"warmup_steps", t.warmup_steps},
                     {"schedule", t.schedule},
+                    {"decay_steps", t.decay_steps},
                     {"weight_decay", t.weight_decay},
                     {"beta1", t.beta1},
                     {"beta2", t.beta2},
@@ -240,6 +241,8 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   r.min_lr_ratio = get<double>(t, "train", "min_lr_ratio", origin);
   r.warmup_steps = get<int64_t>(t, "train", "warmup_steps", origin);
   r.schedule = get<std::string>(t, "train", "schedule", origin);
+  // Added with resumable horizons: absent means the schedule ended at max_steps.
+  r.decay_steps = get_or<int64_t>(t, "train", "decay_steps", 0, origin);
   r.weight_decay = get<double>(t, "train", "weight_decay", origin);
   r.beta1 = get<double>(t, "train", "beta1", origin);
   r.beta2 = get<double>(t, "train", "beta2", origin);
@@ -307,6 +310,7 @@ void RunConfig::validate() const {
   if (!(t.lr > 0)) fail("lr", "must be > 0");
   if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1) fail("min_lr_ratio", "must be in [0, 1]");
   if (t.warmup_steps < 0) fail("warmup_steps", "must be >= 0");
+  if (t.decay_steps < 0) fail("decay_steps", "must be >= 0 (0: train.max_steps)");
   if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
     fail("schedule", "must be cosine, linear or constant, got '" + t.schedule + "'");
   if (t.weight_decay < 0) fail("weight_decay", "must be >= 0");

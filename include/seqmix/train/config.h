@@ -41,6 +41,10 @@ struct TrainConfig {
   double min_lr_ratio = 0.1;        ///< final lr = lr * min_lr_ratio
   int64_t warmup_steps = 100;       ///< linear warm-up from 0
   std::string schedule = "cosine";  ///< decay after warm-up: cosine | linear | constant
+  /// Steps over which the schedule decays (nanoGPT's lr_decay_iters): after it the rate stays
+  /// at lr * min_lr_ratio. 0 = train.max_steps; a run stores the value it started with, so a
+  /// resume with a larger --max-steps keeps the schedule unless this key is set explicitly.
+  int64_t decay_steps = 0;
   double weight_decay = 0.1;        ///< AdamW decoupled decay, on weight matrices only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;             ///< max global gradient L2 norm (0 = off)

@@ -1,7 +1,8 @@
 #pragma once
 /// @file schedule.h
 /// Learning-rate schedule: linear warm-up from 0 to `lr` over `warmup_steps`, then cosine
-/// (or linear) decay to `lr * min_lr_ratio` at `max_steps`, or constant.
+/// (or linear) decay to `lr * min_lr_ratio` at `decay_steps` (0: `max_steps`), where it
+/// stays, or constant.
 #include <cstdint>
 
 #include "seqmix/train/config.h"
