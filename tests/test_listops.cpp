@@ -5,11 +5,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "seqmix/data/listops.h"
+#include "support/cli.h"
+#include "support/gradcheck.h"
 
 namespace {
 
@@ -137,23 +142,149 @@ TEST(ListOps, LraLengthRange) {
   }
 }
 
-TEST(ListOps, ReadableFormAndBadOptions) {
+TEST(ListOps, ReadableForm) {
   const std::vector<int32_t> t = {lo::kMax, lo::kDigit0 + 2, lo::kDigit0 + 9, lo::kMin,
                                   lo::kDigit0 + 4, lo::kDigit0 + 7, lo::kEnd, lo::kDigit0, lo::kEnd};
   EXPECT_EQ(seqmix::data::listops_to_string(t), "[MAX 2 9 [MIN 4 7 ] 0 ]");
   EXPECT_EQ(evaluate(t), 9);
   EXPECT_THROW(seqmix::data::listops_to_string({99}), std::invalid_argument);
-  ListOpsOptions o = small();
-  o.max_args = 1;
+}
+
+// The error message `generate_listops` gives for `o` ("" if none).
+std::string error_of(const ListOpsOptions& o) {
   try {
     seqmix::data::generate_listops(o);
-    FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("listops.max_args"), std::string::npos) << e.what();
+    return e.what();
   }
-  o = small();
-  o.min_length = 300;
-  EXPECT_THROW(seqmix::data::generate_listops(o), std::invalid_argument);
+  return "";
+}
+
+TEST(ListOps, EveryBadOptionIsNamed) {
+  struct Case {
+    const char* expect;  // in the message
+    std::function<void(ListOpsOptions&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"train (--train)", [](ListOpsOptions& o) { o.train = -1; }},
+      {"valid (--valid)", [](ListOpsOptions& o) { o.valid = -5; }},
+      {"test (--test)", [](ListOpsOptions& o) { o.test = -1; }},
+      {"train (--train)", [](ListOpsOptions& o) { o.train = ListOpsOptions::kMaxSequences + 1; }},
+      {"nothing to generate", [](ListOpsOptions& o) { o.train = o.valid = o.test = 0; }},
+      {"max_depth (--max-depth) must be in [1, 1000], got 100000",
+       [](ListOpsOptions& o) { o.max_depth = 100000; }},
+      {"max_depth (--max-depth)", [](ListOpsOptions& o) { o.max_depth = 0; }},
+      {"max_depth (--max-depth)", [](ListOpsOptions& o) { o.max_depth = -3; }},
+      {"max_args (--max-args)", [](ListOpsOptions& o) { o.max_args = 1; }},
+      {"max_args (--max-args)", [](ListOpsOptions& o) { o.max_args = 1000000; }},
+      {"max_length (--max-length)", [](ListOpsOptions& o) { o.max_length = -1; }},
+      {"max_length (--max-length)",
+       [](ListOpsOptions& o) { o.max_length = ListOpsOptions::kMaxLength + 1; }},
+      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = -1; }},
+      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = 300; }},
+      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = 299; }},
+      {"seed (--seed) must be >= 0, got -1", [](ListOpsOptions& o) { o.seed = -1; }},
+      // Memory: 10^7 sequences of up to 10^5 tokens.
+      {"lower --train/--valid/--test or --max-length",
+       [](ListOpsOptions& o) {
+         o.train = 10000000;
+         o.max_length = 100000;
+       }},
+      // No tree of depth 1 (a digit) is longer than 500 tokens: refused before drawing.
+      {"the longest has 1 tokens",
+       [](ListOpsOptions& o) {
+         o.max_depth = 1;
+         o.min_length = 500;
+         o.max_length = 2000;
+       }},
+      // Depth 3, two arguments: at most 2 + 2 * (2 + 2 * 1) = 10 tokens.
+      {"the longest has 10 tokens",
+       [](ListOpsOptions& o) {
+         o.max_depth = 3;
+         o.max_args = 2;
+         o.min_length = 10;
+       }},
+  };
+  for (const Case& c : cases) {
+    ListOpsOptions o = small();
+    c.set(o);
+    const std::string msg = error_of(o);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in '"
+                                                     << msg << "'";
+    EXPECT_EQ(msg.rfind("listops: ", 0), 0u) << msg;
+    EXPECT_THROW(seqmix::data::validate(o), std::invalid_argument) << c.expect;
+  }
+  EXPECT_NO_THROW(seqmix::data::validate(small()));
+  EXPECT_NO_THROW(seqmix::data::validate(ListOpsOptions{}));  // LRA's settings
+}
+
+TEST(ListOps, LongestTree) {
+  EXPECT_EQ(seqmix::data::listops_max_tokens(1, 10, 5000), 1);
+  EXPECT_EQ(seqmix::data::listops_max_tokens(2, 10, 5000), 12);    // [op d*10 ]
+  EXPECT_EQ(seqmix::data::listops_max_tokens(3, 2, 5000), 10);     // 2 + 2 * 4
+  EXPECT_EQ(seqmix::data::listops_max_tokens(10, 10, 5000), 5000);  // capped
+  EXPECT_EQ(seqmix::data::listops_max_tokens(1000, 1000, 1000000), 1000000);
+}
+
+// A length range that some trees reach, but fewer distinct trees exist than requested (10
+// digits and 400 two-argument trees): an error after the draws stop adding trees, not a loop
+// for ever.
+TEST(ListOps, TooFewDistinctTreesIsAnErrorNotAHang) {
+  ListOpsOptions o;
+  o.max_depth = 2;
+  o.max_args = 2;
+  o.min_length = 0;
+  o.max_length = 5;
+  o.train = 1000;
+  o.valid = o.test = 0;
+  const std::string msg = error_of(o);
+  EXPECT_NE(msg.find("draws in a row gave no new tree"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("after 410 of 1000"), std::string::npos) << msg;
+  o.train = 410;  // exactly all of them
+  EXPECT_EQ(static_cast<int64_t>(seqmix::data::generate_listops(o).train.size()), 410);
+}
+
+// Depth is handled without recursion: at the deepest allowed setting, with an argument count
+// that makes the trees' growth critical (a quarter of the nodes are operators with 4
+// arguments on average), long sequences nest far deeper than LRA's 10 levels.
+TEST(ListOps, DeepTreesWithoutRecursion) {
+  ListOpsOptions o;
+  o.max_depth = ListOpsOptions::kMaxDepth;
+  o.max_args = 6;
+  o.min_length = 5000;
+  o.max_length = 200000;
+  o.train = 5;
+  o.valid = o.test = 0;
+  o.seed = 2;
+  const auto d = seqmix::data::generate_listops(o);
+  ASSERT_EQ(d.train.size(), 5u);
+  int deepest = 0;
+  for (const auto& s : d.train) {
+    EXPECT_EQ(evaluate(s.tokens), s.label);
+    int depth = 0;
+    for (int32_t t : s.tokens) {
+      if (t >= lo::kMin && t <= lo::kSumMod) deepest = std::max(deepest, ++depth);
+      if (t == lo::kEnd) --depth;
+    }
+  }
+  EXPECT_GT(deepest, 40);
+}
+
+TEST(ListOps, CliRefusesAHugeDepthWithoutCreatingTheFolder) {
+  const std::string dir = seqmix::testing::temp_dir("listops-cli");
+  const std::string out = dir + "/out";
+  const auto r = seqmix::testing::run_cli("data listops --out " + out +
+                                          " --max-depth 100000 --train 10 --valid 2 --test 2");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("max_depth (--max-depth) must be in [1, 1000], got 100000"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const auto s = seqmix::testing::run_cli("data listops --out " + out + " --seed -1");
+  EXPECT_EQ(s.code, 1) << s.output;
+  EXPECT_NE(s.output.find("seed (--seed) must be >= 0, got -1"), std::string::npos) << s.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -12,37 +12,70 @@ namespace {
 
 using namespace listops;
 
-// Draws one tree into `out` (prefix order) and returns its value, or -1 once the sequence
-// reaches `limit` tokens: such a tree would be rejected anyway, so it is not finished.
+// Draws trees in prefix order with an explicit stack of open operators (no recursion, so any
+// depth costs heap, not call stack). The random numbers are drawn in the order of LRA's
+// recursive generator: at each node the operator-or-digit draw, then a digit, or the
+// argument count, the arguments, and the operator last.
 class TreeDrawer {
  public:
   TreeDrawer(const ListOpsOptions& o, std::mt19937_64& rng) : o_(o), rng_(rng) {}
 
-  int32_t draw(int32_t depth, std::vector<int32_t>& out) {
-    if (static_cast<int64_t>(out.size()) >= o_.max_length) return -1;
-    const double r = depth < o_.max_depth ? unit_(rng_) : 1.0;
-    if (r > 0.25) {
-      const int32_t v = digit_(rng_);
-      out.push_back(kDigit0 + v);
-      return v;
+  /// Draws one tree into `out` (cleared first) and returns its value, or -1 once the
+  /// sequence reaches max_length tokens: such a tree would be rejected anyway, so it is not
+  /// finished.
+  int32_t draw(std::vector<int32_t>& out) {
+    out.clear();
+    open_ = 0;
+    int32_t depth = 1;  // of the node drawn next
+    for (;;) {
+      if (static_cast<int64_t>(out.size()) >= o_.max_length) return -1;
+      const double r = depth < o_.max_depth ? unit_(rng_) : 1.0;
+      int32_t value;
+      if (r > 0.25) {
+        value = digit_(rng_);
+        out.push_back(kDigit0 + value);
+      } else {
+        Frame& f = push();
+        f.op_at = out.size();
+        out.push_back(kPad);  // the operator, drawn after its arguments as LRA does
+        f.arity = std::uniform_int_distribution<int32_t>(2, o_.max_args)(rng_);
+        f.depth = depth;
+        ++depth;
+        continue;
+      }
+      // Hand the value up, closing every operator whose last argument it completes.
+      for (;;) {
+        if (open_ == 0) return value;
+        Frame& f = frames_[open_ - 1];
+        f.args.push_back(value);
+        if (static_cast<int32_t>(f.args.size()) < f.arity) {
+          depth = f.depth + 1;
+          break;
+        }
+        const int32_t op = kMin + std::uniform_int_distribution<int32_t>(0, 3)(rng_);
+        out[f.op_at] = op;
+        out.push_back(kEnd);
+        value = apply(op, f.args);
+        --open_;
+      }
     }
-    const size_t op_at = out.size();
-    out.push_back(kPad);  // the operator, drawn after its arguments as LRA does
-    const int32_t n = std::uniform_int_distribution<int32_t>(2, o_.max_args)(rng_);
-    std::vector<int32_t> args;
-    args.reserve(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) {
-      const int32_t v = draw(depth + 1, out);
-      if (v < 0) return -1;
-      args.push_back(v);
-    }
-    const int32_t op = kMin + std::uniform_int_distribution<int32_t>(0, 3)(rng_);
-    out[op_at] = op;
-    out.push_back(kEnd);
-    return apply(op, args);
   }
 
  private:
+  struct Frame {
+    size_t op_at = 0;
+    int32_t arity = 0, depth = 0;
+    std::vector<int32_t> args;
+  };
+
+  // The next frame, reusing the storage of earlier trees.
+  Frame& push() {
+    if (open_ == frames_.size()) frames_.emplace_back();
+    Frame& f = frames_[open_++];
+    f.args.clear();
+    return f;
+  }
+
   static int32_t apply(int32_t op, std::vector<int32_t>& a) {
     switch (op) {
       case kMin:
@@ -66,6 +99,8 @@ class TreeDrawer {
   std::mt19937_64& rng_;
   std::uniform_real_distribution<double> unit_{0.0, 1.0};
   std::uniform_int_distribution<int32_t> digit_{0, 9};
+  std::vector<Frame> frames_;  // frames_[0, open_) are the open operators, outermost first
+  size_t open_ = 0;
 };
 
 struct TokensHash {
@@ -76,29 +111,86 @@ struct TokensHash {
   }
 };
 
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("listops: " + what); }
+
 }  // namespace
 
-ListOpsData generate_listops(const ListOpsOptions& o) {
-  auto bad = [](const std::string& key, const std::string& what) {
-    throw std::invalid_argument("listops." + key + ": " + what);
+int64_t listops_max_tokens(int32_t max_depth, int32_t max_args, int64_t cap) {
+  // The longest tree: every node above max_depth an operator with max_args arguments.
+  // Built from the leaves up; t(depth) = 2 + max_args * t(depth + 1), t(max_depth) = 1.
+  int64_t t = 1;
+  for (int32_t d = max_depth - 1; d >= 1 && t < cap; --d)
+    t = t >= (cap - 2) / max_args ? cap : 2 + static_cast<int64_t>(max_args) * t;
+  return std::min(t, cap);
+}
+
+void validate(const ListOpsOptions& o) {
+  using std::to_string;
+  auto count = [](const char* name, const char* flag, int64_t v) {
+    if (v < 0 || v > ListOpsOptions::kMaxSequences)
+      bad(std::string(name) + " (" + flag + ") must be in [0, " +
+          to_string(ListOpsOptions::kMaxSequences) + "] sequences, got " + to_string(v));
   };
-  if (o.train < 0 || o.valid < 0 || o.test < 0) bad("train/valid/test", "sizes must be >= 0");
-  if (o.max_args < 2) bad("max_args", "must be >= 2");
-  if (o.max_depth < 1) bad("max_depth", "must be >= 1");
+  count("train", "--train", o.train);
+  count("valid", "--valid", o.valid);
+  count("test", "--test", o.test);
+  if (o.train + o.valid + o.test == 0)
+    bad("train + valid + test (--train, --valid, --test) is 0: nothing to generate");
+  if (o.seed < 0) bad("seed (--seed) must be >= 0, got " + to_string(o.seed));
+  if (o.max_depth < 1 || o.max_depth > ListOpsOptions::kMaxDepth)
+    bad("max_depth (--max-depth) must be in [1, " + to_string(ListOpsOptions::kMaxDepth) +
+        "], got " + to_string(o.max_depth));
+  if (o.max_args < 2 || o.max_args > ListOpsOptions::kMaxArgs)
+    bad("max_args (--max-args) must be in [2, " + to_string(ListOpsOptions::kMaxArgs) +
+        "], got " + to_string(o.max_args));
+  if (o.max_length < 3 || o.max_length > ListOpsOptions::kMaxLength)
+    bad("max_length (--max-length) must be in [3, " + to_string(ListOpsOptions::kMaxLength) +
+        "] tokens, got " + to_string(o.max_length));
   if (o.min_length < 0 || o.min_length + 1 >= o.max_length)
-    bad("min_length", "need 0 <= min_length < max_length - 1 (both bounds are exclusive)");
-  std::mt19937_64 rng(o.seed);
+    bad("min_length (--min-length) must be in [0, max_length - 2] = [0, " +
+        to_string(o.max_length - 2) + "] (both bounds are exclusive), got " +
+        to_string(o.min_length));
+  // Each count and the length are bounded above, so the product cannot overflow.
+  const int64_t total = o.train + o.valid + o.test;
+  if (total * (o.max_length - 1) > ListOpsOptions::kMaxTotalTokens)
+    bad("train + valid + test = " + to_string(total) + " sequences of up to max_length - 1 = " +
+        to_string(o.max_length - 1) + " tokens may hold " + to_string(total * (o.max_length - 1)) +
+        " tokens, more than the limit of " + to_string(ListOpsOptions::kMaxTotalTokens) +
+        "; lower --train/--valid/--test or --max-length");
+  const int64_t longest = listops_max_tokens(o.max_depth, o.max_args, o.max_length);
+  if (longest <= o.min_length + 1)
+    bad("no tree is longer than min_length (--min-length) " + to_string(o.min_length) +
+        ": with max_depth (--max-depth) " + to_string(o.max_depth) + " and max_args (--max-args) " +
+        to_string(o.max_args) + " the longest has " + to_string(longest) +
+        " tokens; raise --max-depth or --max-args, or lower --min-length");
+}
+
+ListOpsData generate_listops(const ListOpsOptions& o) {
+  validate(o);
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
   TreeDrawer drawer(o, rng);
   std::unordered_set<std::vector<int32_t>, TokensHash> seen;
   ListOpsData d;
   const int64_t total = o.train + o.valid + o.test;
   std::vector<int32_t> tokens;
+  // A length range that few trees reach, or fewer distinct trees than requested (small
+  // depth and arity), would otherwise loop for ever: stop after this many draws in a row
+  // that add no tree.
+  int64_t failed = 0;
   while (static_cast<int64_t>(seen.size()) < total) {
-    tokens.clear();
-    const int32_t value = drawer.draw(1, tokens);
+    if (failed >= ListOpsOptions::kMaxFailedDraws)
+      bad(std::to_string(failed) + " draws in a row gave no new tree with min_length < tokens < "
+          "max_length (--min-length " + std::to_string(o.min_length) + ", --max-length " +
+          std::to_string(o.max_length) + ", --max-depth " + std::to_string(o.max_depth) +
+          ", --max-args " + std::to_string(o.max_args) + ") after " +
+          std::to_string(seen.size()) + " of " + std::to_string(total) +
+          "; widen the length range, raise --max-depth/--max-args or ask for fewer sequences");
+    ++failed;
+    const int32_t value = drawer.draw(tokens);
     const auto n = static_cast<int64_t>(tokens.size());
     if (value < 0 || n <= o.min_length || n >= o.max_length) continue;
     if (!seen.insert(tokens).second) continue;
+    failed = 0;
     const auto k = static_cast<int64_t>(seen.size());
     auto& split = k <= o.train ? d.train : k <= o.train + o.valid ? d.valid : d.test;
     split.push_back({tokens, value, {}});

@@ -30,14 +30,41 @@ struct ListOpsOptions {
   int64_t train = 96000, valid = 2000, test = 2000;  ///< LRA's sizes
   int32_t max_depth = 10, max_args = 10;
   int64_t min_length = 500, max_length = 2000;  ///< exclusive bounds on the token count
-  uint64_t seed = 0;
+  int64_t seed = 0;  ///< >= 0 (signed, so that a command line's -1 is caught, not wrapped)
+
+  /// Upper bounds checked by `validate` (LRA: 10, 10, 2000 and 100,000 sequences). They keep
+  /// a mistyped value from exhausting memory or running for hours.
+  static constexpr int32_t kMaxDepth = 1000, kMaxArgs = 1000;
+  static constexpr int64_t kMaxLength = 1000000;        ///< tokens per sequence
+  static constexpr int64_t kMaxSequences = 100000000;   ///< per split
+  /// (train + valid + test) * (max_length - 1): the most tokens the splits may hold; each
+  /// is kept twice while generating (4 bytes each), so at most ~4 GB.
+  static constexpr int64_t kMaxTotalTokens = 500000000;
+  /// Draws in a row that add no tree before generation gives up: a length range that almost
+  /// no tree reaches, or fewer distinct trees than requested. Measured: LRA's settings need
+  /// 12 draws per tree (longest run without one over 1,000 trees: 110); max_depth 25 needs
+  /// 4,700 (longest run 54,000); from max_depth ~30 on, trees either stay short or outgrow
+  /// 2,000 tokens and no draw in 1,000,000 lands in LRA's range (about 7 s of drawing).
+  static constexpr int64_t kMaxFailedDraws = 1000000;
 };
 
 using ListOpsData = LabelledSplits;
 
-/// Generates the three splits. Deterministic for equal options.
-/// @throws std::invalid_argument naming the option for sizes < 0, max_args < 2,
-///         max_depth < 1 or min_length >= max_length - 1.
+/// Checks every option against the bounds above and that the length range is reachable at
+/// all (the longest tree that max_depth and max_args allow is longer than min_length + 1).
+/// @throws std::invalid_argument naming the option and its flag ("max_depth (--max-depth)")
+///         with the accepted range and the value given.
+void validate(const ListOpsOptions& options);
+
+/// The token count of the longest tree that max_depth and max_args allow (every node above
+/// the last level an operator with max_args arguments), or `cap` if that is more.
+int64_t listops_max_tokens(int32_t max_depth, int32_t max_args, int64_t cap);
+
+/// Generates the three splits, iteratively (no recursion, whatever the depth). Deterministic
+/// for equal options.
+/// @throws std::invalid_argument as `validate`, or when kMaxFailedDraws draws in a row add no
+///         tree (the length range is practically unreachable, or fewer distinct trees exist
+///         than requested).
 ListOpsData generate_listops(const ListOpsOptions& options);
 
 /// The readable form of a ListOps sequence, tokens separated by spaces ("[MAX 2 9 ]").
