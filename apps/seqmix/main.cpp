@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/data/byte_corpus.h"
@@ -26,16 +28,21 @@
 #include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/memory.h"
+#include "seqmix/util/run_folder.h"
+#include "seqmix/util/signals.h"
 
 namespace {
 
 using seqmix::train::RunConfig;
 
-// Options shared by the commands that resolve a configuration.
+// Options shared by the commands that resolve a configuration. Every flag that was given
+// becomes a `section.key=value` override, so the configuration's own checks
+// (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
+// range is an error naming the flag, never a silent default.
 struct ConfigFlags {
   std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task;
-  int64_t max_steps = -1, seed = -1, batch_size = -1, threads = -1, max_len = -1;
-  double lr = -1;
+  std::optional<int64_t> max_steps, seed, batch_size, threads, max_len;
+  std::optional<double> lr;
   std::vector<std::string> set;
 
   void add_to(CLI::App* app) {
@@ -56,12 +63,15 @@ struct ConfigFlags {
     app->add_option("--tokenizer", tokenizer,
                     "bytes (default) or a SentencePiece model from `seqmix tokenizer train`; "
                     "sets model.vocab_size to its size");
-    app->add_option("--max-steps", max_steps, "optimizer steps");
-    app->add_option("--seed", seed, "random seed (init, batch order)");
-    app->add_option("--batch-size", batch_size, "sequences per step");
-    app->add_option("--lr", lr, "peak learning rate");
-    app->add_option("--threads", threads, "intra-op threads (0 = all)");
-    app->add_option("--max-len", max_len, "context length in tokens (bytes for byte-level models)");
+    // No defaults of their own: the preset and the config file decide (--dump-config shows
+    // the resolved values).
+    app->add_option("--max-steps", max_steps, "optimizer steps (train.max_steps)");
+    app->add_option("--seed", seed, "random seed: init, batch order (train.seed)");
+    app->add_option("--batch-size", batch_size, "sequences per step (train.batch_size)");
+    app->add_option("--lr", lr, "peak learning rate (train.lr)");
+    app->add_option("--threads", threads, "intra-op threads, 0 = all (train.threads)");
+    app->add_option("--max-len", max_len,
+                    "context length in tokens, bytes for byte-level models (model.max_len)");
     app->add_option("--aib-impl", aib_impl, "AIB scan: fused (default) or reference");
     app->add_option("--set", set, "override any key: section.key=value (repeatable)");
   }
@@ -71,8 +81,8 @@ struct ConfigFlags {
     auto str = [&](const char* key, const std::string& v) {
       if (!v.empty()) o.push_back(std::string(key) + "=" + nlohmann::json(v).dump());
     };
-    auto num = [&](const char* key, auto v) {
-      if (v >= 0) o.push_back(std::string(key) + "=" + fmt::format("{}", v));
+    auto num = [&](const char* key, const auto& v) {
+      if (v) o.push_back(std::string(key) + "=" + fmt::format("{}", *v));
     };
     str("model.preset", model);
     str("model.size", size);
@@ -84,14 +94,15 @@ struct ConfigFlags {
       str("data.tokenizer", tokenizer);
       const auto tok = tokenizer == "bytes" ? seqmix::data::Tokenizer::bytes()
                                             : seqmix::data::Tokenizer::load(tokenizer);
-      num("model.vocab_size", tok.vocab_size());
+      num("model.vocab_size", std::optional<int64_t>(tok.vocab_size()));
     }
     num("train.max_steps", max_steps);
     num("train.seed", seed);
     num("train.batch_size", batch_size);
     num("train.threads", threads);
     num("model.max_len", max_len);
-    if (lr >= 0) o.push_back("train.lr=" + fmt::format("{:e}", lr));
+    // TOML spells the non-finite values nan and inf, as fmt does; validation rejects them.
+    if (lr) o.push_back("train.lr=" + fmt::format("{:e}", *lr));
     o.insert(o.end(), set.begin(), set.end());
     return o;
   }
@@ -158,7 +169,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "seqmix: sub-quadratic sequence models (AIB/Weird attention, the Extractor, Transformer) -- "
       "train, evaluate, compare, generate, benchmark"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", "seqmix " SEQMIX_VERSION);
+  // --help shows each option's default (options whose default comes from the preset or the
+  // config file have none of their own and say so).
+  app.option_defaults()->always_capture_default();
 
   ConfigFlags train_flags;
   std::string out;
@@ -167,7 +182,10 @@ int main(int argc, char** argv) {
                                    "on a task (--task)");
   train_flags.add_to(train);
   train->add_option("--out", out, "run folder (config.toml, metrics.jsonl, checkpoint.pt)");
+  bool overwrite = false;
   train->add_flag("--resume", resume, "continue from <out>/checkpoint.pt");
+  train->add_flag("--overwrite", overwrite,
+                  "replace the run already in <out> (kept until the new run's first checkpoint)");
   train->add_flag("--dump-config", dump, "print the resolved configuration and exit");
 
   std::string eval_run, eval_data, eval_data_dir, eval_split;
@@ -218,6 +236,8 @@ int main(int argc, char** argv) {
   tok_train->add_option("--threads", tok_opts.threads, "trainer threads (0 = all)");
   tok_train->add_option("--out", tok_out, "model file to write, e.g. runs/moby-bpe5000.model")
       ->required();
+  bool tok_overwrite = false;
+  tok_train->add_flag("--overwrite", tok_overwrite, "replace --out if it exists");
 
   auto* data_cmd = app.add_subcommand("data", "generate benchmark task data");
   data_cmd->require_subcommand(1);
@@ -298,12 +318,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (app.get_subcommands().empty()) {  // bare `seqmix`: what it can do
+    std::cout << app.help();
+    return 0;
+  }
 
   try {
     if (info->parsed()) return cmd_info();
 
     if (listops_cmd->parsed()) {
-      const auto d = seqmix::data::generate_listops(listops_opts);
+      seqmix::util::check_path_text(listops_out, "--out");
+      const auto d = seqmix::data::generate_listops(listops_opts);  // checks the options first
       std::filesystem::create_directories(listops_out);
       const std::pair<const char*, const std::vector<seqmix::data::LabelledSequence>*> splits[] = {
           {"train", &d.train}, {"val", &d.valid}, {"test", &d.test}};
@@ -322,6 +347,7 @@ int main(int argc, char** argv) {
     }
 
     if (pf_cmd->parsed()) {
+      seqmix::util::check_path_text(pf_out, "--out");
       const auto o = seqmix::data::pathfinder_options(pf_resolution);
       std::filesystem::create_directories(pf_out);
       std::string tsv = "file\tlabel\tmarker_a_row\tmarker_a_col\tmarker_b_row\tmarker_b_col\n";
@@ -344,6 +370,10 @@ int main(int argc, char** argv) {
     }
 
     if (tok_train->parsed()) {
+      seqmix::util::check_path_text(tok_out, "--out");
+      if (std::filesystem::exists(tok_out) && !tok_overwrite)
+        throw std::runtime_error("tokenizer train: --out '" + tok_out +
+                                 "' exists; give --overwrite to replace it, or another path");
       const auto corpus = seqmix::data::ByteCorpus::load(tok_data, tok_data_dir);
       const auto t = seqmix::data::Tokenizer::train(corpus.train(), tok_opts);
       const std::filesystem::path dir = std::filesystem::path(tok_out).parent_path();
@@ -363,6 +393,8 @@ int main(int argc, char** argv) {
     }
 
     if (cmp->parsed()) {
+      seqmix::util::install_stop_signals();
+      seqmix::util::check_path_text(cmp_opts.out_dir, "--out");
       cmp_opts.config_path = cmp_flags.config_path;
       cmp_opts.shared_overrides = cmp_flags.overrides();
       for (const auto& spec : cmp_models)
@@ -395,6 +427,8 @@ int main(int argc, char** argv) {
         if (bench->count("--D") == 0) bench_opts.d_model = d.d_model;
         if (bench->count("--ops") == 0) bench_opts.ops = d.ops;
       }
+      seqmix::train::check_threads(bench_threads, "--threads");
+      seqmix::train::check_threads(bench_blas_threads, "--blas-threads");
       const int64_t n = seqmix::train::configure_threads(bench_threads, bench_blas_threads);
       std::vector<nlohmann::json> rows;
       if (!bench_json)
@@ -431,9 +465,11 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (out.empty()) throw std::runtime_error("train: --out <run folder> is required");
+      seqmix::util::install_stop_signals();
       seqmix::train::TrainOptions opts;
       opts.out_dir = out;
       opts.resume = resume;
+      opts.overwrite = overwrite;
       opts.checkpoint = std::move(checkpoint);
       const auto r = seqmix::train::train(config, opts);
       if (!config.data.task.empty()) {
@@ -453,7 +489,7 @@ int main(int argc, char** argv) {
       }
       fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
                                         {"train_loss", r.final_train_loss},
-                                        {"split", "eval"},
+                                        {"split", config.data.eval_split},
                                         {"loss", r.eval_loss},
                                         {"perplexity", r.eval_perplexity},
                                         {"bpc", r.eval_bpc},
@@ -464,6 +500,12 @@ int main(int argc, char** argv) {
     }
 
     if (eval->parsed()) {
+      if (eval_batch < 1)
+        throw std::invalid_argument("--batch-size must be >= 1, got " + std::to_string(eval_batch));
+      if (eval_max_tokens < 0)
+        throw std::invalid_argument("--max-bytes / --max-tokens / --max-examples must be >= 0 (0 "
+                                    "= all), got " + std::to_string(eval_max_tokens));
+      seqmix::train::check_threads(eval_threads, "--threads");
       RunConfig config;
       auto tokenizer = seqmix::data::Tokenizer::bytes();
       auto model = load_model(eval_run, config, tokenizer);
@@ -501,7 +543,7 @@ int main(int argc, char** argv) {
           tokenizer);
       const auto r =
           seqmix::train::evaluate(model, corpus.eval, tokenizer, eval_batch, eval_max_tokens);
-      fmt::print("{}\n", nlohmann::json{{"split", "eval"},
+      fmt::print("{}\n", nlohmann::json{{"split", config.data.eval_split},
                                         {"data", config.data.source},
                                         {"eval_split", config.data.eval_split},
                                         {"tokenizer", tokenizer.name()},
@@ -516,14 +558,19 @@ int main(int argc, char** argv) {
     }
 
     if (gen->parsed()) {
-      RunConfig config;
-      auto tokenizer = seqmix::data::Tokenizer::bytes();
-      auto model = load_model(gen_run, config, tokenizer);
-      seqmix::train::configure_threads(gen_threads);
+      // Every option is checked before anything reaches stdout.
       seqmix::generate::SamplingOptions o;
       o.temperature = temperature;
       o.top_k = top_k;
       o.top_p = top_p;
+      seqmix::generate::validate(o);
+      if (gen_seed < 0)
+        throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(gen_seed));
+      seqmix::train::check_threads(gen_threads, "--threads");
+      RunConfig config;
+      auto tokenizer = seqmix::data::Tokenizer::bytes();
+      auto model = load_model(gen_run, config, tokenizer);
+      seqmix::train::configure_threads(gen_threads);
       std::fputs(prompt.c_str(), stdout);
       seqmix::generate::generate_text(model, tokenizer, prompt, max_new, o,
                                       static_cast<uint64_t>(gen_seed), [](const std::string& t) {
@@ -533,8 +580,23 @@ int main(int argc, char** argv) {
       std::fputc('\n', stdout);
       return 0;
     }
+  } catch (const seqmix::train::Interrupted& e) {
+    std::fprintf(stderr, "seqmix: %s\n", e.what());
+    return 128 + e.signal;  // the shell's convention for "ended by signal N"
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "seqmix: error: out of memory; lower --batch-size or --max-len, or the "
+                         "model size\n");
+    return 1;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "seqmix: error: %s\n", e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    // LibTorch's allocator reports an allocation it could not make as a failed enforce.
+    if (what.find("alloc_cpu") != std::string::npos ||
+        what.find("DefaultCPUAllocator") != std::string::npos) {
+      std::fprintf(stderr, "seqmix: error: out of memory (%s); lower --batch-size or --max-len, "
+                           "or the model size\n", what.substr(0, what.find('\n')).c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "seqmix: error: %s\n", what.substr(0, what.find('\n')).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seqmix: error: %s\n", e.what());

@@ -5,8 +5,11 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <filesystem>
 #include <thread>
@@ -22,12 +25,26 @@
 #include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/progress.h"
+#include "seqmix/util/run_folder.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::train {
 
 namespace fs = std::filesystem;
 
+int64_t max_threads() {
+  return std::max<int64_t>(64, 4 * static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
+
+void check_threads(int64_t threads, const std::string& what) {
+  if (threads < 0 || threads > max_threads())
+    throw std::invalid_argument(fmt::format(
+        "{} must be 0 (all {} hardware threads) or a count up to {}, got {}", what,
+        std::thread::hardware_concurrency(), max_threads(), threads));
+}
+
 int64_t configure_threads(int64_t threads, int64_t blas_threads) {
+  check_threads(threads, "train.threads");
   const int64_t n =
       threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(n));
@@ -106,11 +123,13 @@ Objective language_model_objective(const RunConfig& config, models::SequenceMode
     const at::Tensor logits = model->forward(x);
     return StepLoss{at::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1})), 0, 0};
   };
-  o.held_out = [corpus, &model, &tokenizer, &t, B, log, say, &result](int64_t step, bool final) {
+  const std::string split = config.data.eval_split;  // the held-out split: valid or test
+  o.held_out = [corpus, &model, &tokenizer, &t, B, split, log, say, &result](int64_t step,
+                                                                            bool final) {
     const EvalResult r =
         evaluate(model, corpus->eval, tokenizer, B, final ? 0 : t.eval_max_bytes);
     log({{"step", step},
-         {"split", "eval"},
+         {"split", split},
          {"loss", r.loss},
          {"perplexity", r.perplexity},
          {"bpc", r.bpc},
@@ -176,8 +195,9 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
     result.eval_accuracy = v.accuracy;
     if (!final) return;
     const AccuracyResult te = score("test", task->splits.test, 0);
+    // "train_eval": the training split scored in eval mode, distinct from training lines.
     const AccuracyResult tr = score(
-        "train", task->splits.train,
+        "train_eval", task->splits.train,
         std::max<int64_t>(1, static_cast<int64_t>(task->splits.test.size())));
     result.test_loss = te.loss;
     result.test_accuracy = te.accuracy;
@@ -198,20 +218,119 @@ std::string nonfinite(double loss, models::SequenceModel& model) {
   return {};
 }
 
-}  // namespace
+// The run folder's files while a run writes them (see train()'s contract in trainer.h).
+// A fresh run in a folder that held no run writes config.toml and metrics.jsonl directly and
+// removes them if it fails before its first checkpoint; an overwriting run writes its metrics
+// under a hidden name and replaces the old run's files only with its first checkpoint; a
+// resumed run rewrites config.toml only with a new checkpoint.
+class RunFiles {
+ public:
+  RunFiles(fs::path out, bool created_dir, bool overwrite)
+      : out_(std::move(out)), created_dir_(created_dir), overwrite_(overwrite) {}
+  fs::path metrics_path() const {
+    return overwrite_ && !promoted_ ? out_ / ".metrics.jsonl.overwrite" : out_ / "metrics.jsonl";
+  }
+  // Files this run wrote that must go if it fails before a checkpoint.
+  void created(const fs::path& p) { created_.push_back(p); }
+  // After a checkpoint: the folder now holds this run, described by `config_toml`.
+  void promote(const std::string& config_toml, const data::Tokenizer& tokenizer) {
+    util::write_file_atomic((out_ / "config.toml").string(), config_toml);
+    // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
+    if (!tokenizer.is_bytes()) tokenizer.save((out_ / "tokenizer.model").string());
+    if (!promoted_ && overwrite_) {
+      std::error_code ec;
+      if (tokenizer.is_bytes()) fs::remove(out_ / "tokenizer.model", ec);
+      // The open metrics stream follows the file through the rename.
+      fs::rename(out_ / ".metrics.jsonl.overwrite", out_ / "metrics.jsonl");
+    }
+    promoted_ = true;
+  }
+  bool promoted() const { return promoted_; }
+  // The run failed before its first checkpoint: leave the folder as it was found.
+  void abandon() noexcept {
+    if (promoted_) return;
+    std::error_code ec;
+    for (const auto& p : created_) fs::remove(p, ec);
+    if (created_dir_) fs::remove(out_, ec);  // only if empty
+  }
 
-TrainResult train(const RunConfig& requested, const TrainOptions& options) {
-  const auto t_entry = std::chrono::steady_clock::now();
-  double seconds_before = 0;  // the run's time before this resume
-  auto run_seconds = [&] {
-    return seconds_before +
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
-  };
-  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
-  const fs::path out(options.out_dir);
-  const fs::path ckpt_path = out / "checkpoint.pt";
+ private:
+  fs::path out_;
+  bool created_dir_, overwrite_;
+  bool promoted_ = false;
+  std::vector<fs::path> created_;
+};
+
+// The figures of a finished run, read back from its metrics (a resume that has nothing to do).
+TrainResult finished_result(const fs::path& metrics_path, int64_t steps, double seconds) {
+  TrainResult r;
+  r.steps = steps;
+  r.seconds = seconds;
+  for (const auto& line : read_metrics(metrics_path.string())) {
+    const std::string split = line.value("split", "");
+    if (split == "train" && line.contains("loss") && line["loss"].is_number())
+      r.final_train_loss = line["loss"].get<double>();
+    if (!line.value("final", false)) continue;
+    auto num = [&](const char* k) { return line.contains(k) && line[k].is_number() ? line[k].get<double>() : 0.0; };
+    if (split == "test") {
+      r.test_loss = num("loss");
+      r.test_accuracy = num("accuracy");
+    } else if (split == "train_eval") {
+      r.train_accuracy = num("accuracy");
+    } else {  // the held-out split a language model or classifier is scored on
+      r.eval_loss = num("loss");
+      r.eval_bpc = num("bpc");
+      r.eval_perplexity = num("perplexity");
+      r.eval_accuracy = num("accuracy");
+    }
+  }
+  return r;
+}
+
+// Warns once when a step's loss exceeds 5x the median of the recent ones: a spike that often
+// precedes divergence, worth seeing before it becomes a NaN.
+class LossSpikeWatch {
+ public:
+  std::string check(int64_t step, double loss) {
+    std::string warning;
+    if (!warned_ && recent_.size() >= kMinSteps) {
+      std::vector<double> v(recent_.begin(), recent_.end());
+      std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+      const double median = v[v.size() / 2];
+      if (median > 0 && loss > 5 * median) {
+        warned_ = true;
+        warning = fmt::format(
+            "step {}: the training loss {:.4g} is {:.1f}x the median of the last {} steps "
+            "({:.4g}); training may be diverging (lower train.lr or raise train.warmup_steps)",
+            step, loss, loss / median, recent_.size(), median);
+      }
+    }
+    recent_.push_back(loss);
+    if (recent_.size() > kWindow) recent_.pop_front();
+    return warning;
+  }
+
+ private:
+  static constexpr size_t kWindow = 100, kMinSteps = 20;
+  std::deque<double> recent_;
+  bool warned_ = false;
+};
+
+// The first parameter (in registration order) holding a NaN or an infinity, or "".
+std::string nonfinite_parameter(models::SequenceModel& model) {
+  for (const auto& p : model->named_parameters())
+    if (!at::isfinite(p.value()).all().item<bool>()) return p.key();
+  return {};
+}
+
+TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& options,
+                            RunFiles& files, const fs::path& ckpt_path,
+                            const std::function<double()>& run_seconds, double& seconds_before) {
+  const fs::path out = ckpt_path.parent_path();
   RunConfig config = requested;
+  std::vector<std::string> notes;  // said once the progress display exists
   std::shared_ptr<CheckpointFile> resumed;  // opened once: configuration, tokenizer, state
+  int64_t stored_max_steps = 0;
   if (options.resume) {
     resumed = options.checkpoint;
     if (!resumed) {
@@ -220,6 +339,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       resumed = std::make_shared<CheckpointFile>(ckpt_path.string());
     }
     const RunConfig& stored = resumed->config();
+    stored_max_steps = stored.train.max_steps;
     // Only the length of the run and how it reports may change on resume; anything else
     // would silently continue a different experiment.
     RunConfig allowed = stored;
@@ -231,17 +351,33 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     allowed.train.threads = requested.train.threads;
     allowed.train.nonfinite = requested.train.nonfinite;
     allowed.data.dir = requested.data.dir;
-    const auto diff = requested.diff(allowed);
+    // The schedule's horizon: a checkpoint written before train.decay_steps existed (0)
+    // decayed over its max_steps. It changes only when asked for.
+    const int64_t horizon =
+        stored.train.decay_steps > 0 ? stored.train.decay_steps : stored.train.max_steps;
+    const int64_t asked = requested.train.decay_steps;
+    allowed.train.decay_steps = asked > 0 && asked != stored.train.decay_steps ? asked : horizon;
+    RunConfig compared = requested;
+    compared.train.decay_steps = allowed.train.decay_steps;
+    const auto diff = compared.diff(allowed);
     if (!diff.empty())
       throw std::runtime_error("--resume: checkpoint '" + ckpt_path.string() +
                                "' was trained with a different configuration (" + diff.front() +
-                               "); only max_steps, intervals, threads and data.dir may change");
+                               "); only max_steps, decay_steps, intervals, threads and data.dir "
+                               "may change");
     config = allowed;
+    if (allowed.train.decay_steps != horizon)
+      notes.push_back(fmt::format("learning-rate schedule: horizon changed from {} to {} steps "
+                                  "(train.decay_steps)",
+                                  horizon, allowed.train.decay_steps));
+    else if (config.train.max_steps > horizon && config.train.schedule != "constant")
+      notes.push_back(fmt::format(
+          "learning-rate schedule: the horizon stays at {} steps, so the rate stays at "
+          "{:.3g} after it (set train.decay_steps={} to stretch the schedule instead)",
+          horizon, config.train.lr * config.train.min_lr_ratio, config.train.max_steps));
+  } else if (config.train.decay_steps == 0) {
+    config.train.decay_steps = config.train.max_steps;  // stored: a resume keeps it
   }
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out))
-    throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
 
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
   data::Tokenizer tokenizer = data::Tokenizer::bytes();
@@ -273,6 +409,10 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
                              "needs a causal model (e.g. etsmlp-lm instead of etsmlp), or give "
                              "a task (--task)");
   const auto& t = config.train;
+  if (t.warmup_steps >= t.max_steps && t.max_steps > 0 && !options.resume)
+    notes.push_back(fmt::format("warning: train.warmup_steps ({}) is not below train.max_steps "
+                                "({}): the learning rate never reaches train.lr ({:.3g})",
+                                t.warmup_steps, t.max_steps, t.lr));
   const int64_t threads = configure_threads(t.threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   models::SequenceModel model(config.model);
@@ -281,20 +421,52 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   if (resumed) {
     start = resumed->load(model, optimizer.get(), &seconds_before);
     resumed->close();  // the archive holds a copy of every tensor
+    if (t.max_steps < start)
+      throw std::runtime_error(fmt::format(
+          "--max-steps {} is below the step of checkpoint '{}' ({}); a run cannot be shortened "
+          "(give --max-steps {} or more, or start a new run in another folder)",
+          t.max_steps, ckpt_path.string(), start, start));
+  }
+  const fs::path final_metrics = out / "metrics.jsonl";
+  if (resumed && start == t.max_steps && stored_max_steps == t.max_steps &&
+      fs::exists(final_metrics)) {
+    const auto lines = read_metrics(final_metrics.string());
+    const bool evaluated = std::any_of(lines.begin(), lines.end(), [&](const nlohmann::json& l) {
+      return l.value("final", false) && l.value("step", int64_t{-1}) == start;
+    });
+    if (evaluated) {
+      fmt::print(stderr,
+                 "seqmix train: run '{}' is finished (step {} of train.max_steps {}); nothing to "
+                 "do (raise --max-steps to train further)\n",
+                 out.string(), start, t.max_steps);
+      return finished_result(final_metrics, start, seconds_before);
+    }
   }
 
-  const fs::path metrics_path = out / "metrics.jsonl";
   TrainResult result;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<util::Progress> progress;
-  auto log = [&](const nlohmann::json& line) { metrics->write(line); };
+  auto log = [&](nlohmann::json line) {
+    line["time_s"] = run_seconds();
+    metrics->write(line);
+  };
   auto say = [&](const std::string& line) { progress->message(line); };
   const Objective objective =
       task ? classification_objective(config, model, log, say, result)
            : language_model_objective(config, model, tokenizer, log, say, result);
-  util::write_file_atomic((out / "config.toml").string(), config.to_toml());
-  // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
-  if (!tokenizer.is_bytes()) tokenizer.save((out / "tokenizer.model").string());
+  const fs::path metrics_path = files.metrics_path();
+  if (!options.resume && !files.promoted() && metrics_path == final_metrics) {
+    // A fresh run in a folder that held none: the configuration is visible from the start.
+    files.created(out / "config.toml");
+    files.created(metrics_path);
+    util::write_file_atomic((out / "config.toml").string(), config.to_toml());
+    if (!tokenizer.is_bytes()) {
+      files.created(out / "tokenizer.model");
+      tokenizer.save((out / "tokenizer.model").string());
+    }
+  } else if (!options.resume) {
+    files.created(metrics_path);
+  }
   if (options.resume && fs::exists(metrics_path)) {
     // Lines logged after the checkpoint belong to steps that will be redone: drop them so the
     // file reads as one uninterrupted run.
@@ -311,16 +483,47 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
                   util::blas_description(),
                   objective.description, objective.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
+  for (const auto& n : notes) say(n);
   int64_t last_checkpoint = start;
   auto checkpoint = [&](int64_t step) {
+    // Weights that are no longer finite (train.nonfinite = skip lets an update through that
+    // overflows them) must never replace a good checkpoint.
+    if (const std::string bad = nonfinite_parameter(model); !bad.empty())
+      throw std::runtime_error(fmt::format(
+          "step {}: parameter '{}' is no longer finite; training stopped without writing a "
+          "checkpoint. {} (lower train.lr)",
+          step, bad,
+          last_checkpoint > 0 ? fmt::format("The last good checkpoint '{}' (step {}) is intact",
+                                            ckpt_path.string(), last_checkpoint)
+                              : std::string("No checkpoint had been written yet")));
     save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer,
                     run_seconds());
+    files.promote(config.to_toml(), tokenizer);
     last_checkpoint = step;
   };
+  auto interrupted = [&](int64_t step) {
+    const int sig = util::stop_signal();
+    progress->finish();
+    if (step > last_checkpoint || (step == start && !files.promoted() && step > 0))
+      checkpoint(step);
+    log({{"step", step}, {"event", "interrupted"}, {"signal", util::signal_name(sig)}});
+    const bool saved = files.promoted() || step > 0;
+    return Interrupted(
+        saved ? fmt::format("interrupted by {} after step {} of {}; checkpoint '{}' holds it. "
+                            "Resume with: seqmix train --out {} --resume",
+                            util::signal_name(sig), step, t.max_steps, ckpt_path.string(),
+                            out.string())
+              : fmt::format("interrupted by {} before the first step; nothing was written",
+                            util::signal_name(sig)),
+        sig, step, saved ? ckpt_path.string() : std::string());
+  };
+  if (util::stop_signal() != 0) throw interrupted(start);
 
   model->train();
   double loss_sum = 0;
   int64_t loss_n = 0, correct_sum = 0, count_sum = 0;
+  double grad_norm = 0;
+  LossSpikeWatch spikes;
   auto t_log = std::chrono::steady_clock::now();
   for (int64_t step = start; step < t.max_steps; ++step) {
     const double lr = learning_rate(t, step);
@@ -337,9 +540,17 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     if (options.after_backward) options.after_backward(step + 1, model);
     const double l = sl.loss.item<double>();
     const int64_t done = step + 1;
-    double grad_norm = 0;
-    // Checked before clipping, which would spread one bad gradient over all of them.
-    if (const std::string bad = nonfinite(l, model); !bad.empty()) {
+    // Checked before clipping, which would spread one bad gradient over all of them. The
+    // norm is taken (and logged) even without clipping: finite gradients can still have a
+    // norm that overflows.
+    std::string bad = nonfinite(l, model);
+    if (bad.empty()) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(
+          model->parameters(),
+          t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity());
+      if (!std::isfinite(grad_norm)) bad = fmt::format("the gradient norm is {}", grad_norm);
+    }
+    if (!bad.empty()) {
       if (t.nonfinite != "skip") {
         progress->finish();
         throw std::runtime_error(fmt::format(
@@ -357,17 +568,19 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
         size_t i = 0;
         for (auto& b : model->buffers()) b.copy_(buffers[i++]);
       }
-      metrics->write({{"step", done}, {"event", "skipped_step"}, {"reason", bad}});
+      log({{"step", done}, {"event", "skipped_step"}, {"reason", bad}});
       say(fmt::format("step {}: {}; step skipped (train.nonfinite = skip)", done, bad));
       ++result.skipped_steps;
     } else {
-      if (t.grad_clip > 0)
-        grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), t.grad_clip);
       optimizer->step();
       loss_sum += l;
       ++loss_n;
       correct_sum += sl.correct;
       count_sum += sl.count;
+      if (const std::string w = spikes.check(done, l); !w.empty()) {
+        log({{"step", done}, {"event", "warning"}, {"reason", w}});
+        say("warning: " + w);
+      }
     }
     if ((done % t.log_interval == 0 || done == t.max_steps) && loss_n > 0) {
       const auto now = std::chrono::steady_clock::now();
@@ -377,17 +590,18 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       nlohmann::json line{{"step", done},
                           {"split", "train"},
                           {"loss", mean},
-                          {"perplexity", std::exp(mean)},
                           {"lr", lr},
                           {"grad_norm", grad_norm},
                           {objective.unit + "_per_s",
                            dt > 0 ? static_cast<double>(loss_n * objective.units_per_step) / dt
                                   : 0.0}};
-      // Bits per byte only where a token is a byte; held-out lines carry it for every tokenizer.
+      // Perplexity for language models only; bits per byte only where a token is a byte
+      // (held-out lines carry it for every tokenizer).
+      if (!task) line["perplexity"] = std::exp(mean);
       if (objective.train_bpc) line["bpc"] = mean / std::log(2.0);
       if (count_sum > 0)
         line["accuracy"] = static_cast<double>(correct_sum) / static_cast<double>(count_sum);
-      metrics->write(line);
+      log(line);
       correct_sum = 0;
       count_sum = 0;
       result.final_train_loss = mean;
@@ -410,13 +624,67 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
       result.seconds = run_seconds();
       return result;
     }
+    if (util::stop_signal() != 0) throw interrupted(done);
   }
   progress->finish();
-  if (start >= t.max_steps) checkpoint(t.max_steps);
+  // Resumed exactly at the end: a shortened run (checkpoint it with its new length) or one
+  // that stopped before its final evaluation.
+  if (start >= t.max_steps && (!files.promoted() && stored_max_steps != t.max_steps))
+    checkpoint(t.max_steps);
   objective.held_out(std::max(start, t.max_steps), true);
   result.steps = std::max(start, t.max_steps);
   result.seconds = run_seconds();
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const RunConfig& requested, const TrainOptions& options) {
+  const auto t_entry = std::chrono::steady_clock::now();
+  double seconds_before = 0;  // the run's time before this resume
+  auto run_seconds = [&] {
+    return seconds_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
+  };
+  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
+  if (options.resume && options.overwrite)
+    throw std::runtime_error("--resume continues the run in the folder and --overwrite replaces "
+                             "it: give one of them");
+  util::check_path_text(options.out_dir, "--out");
+  const fs::path out(options.out_dir);
+  const fs::path ckpt_path = out / "checkpoint.pt";
+  {
+    std::error_code ec;
+    if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+      throw std::runtime_error("--out: '" + out.string() + "' exists and is not a folder");
+  }
+  std::error_code ec;
+  const bool created_dir = !fs::exists(out, ec);
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
+  std::unique_ptr<util::FolderLock> lock;
+  try {
+    lock = std::make_unique<util::FolderLock>(out.string(), "run folder");
+  } catch (...) {
+    if (created_dir) fs::remove(out, ec);
+    throw;
+  }
+  const auto existing = util::run_files_in(out.string());
+  const bool overwrite = options.overwrite && !existing.empty();
+  RunFiles files(out, created_dir, overwrite);
+  if (!options.resume && !options.overwrite && !existing.empty()) {
+    std::string names;
+    for (const auto& f : existing) names += (names.empty() ? "" : ", ") + f;
+    throw std::runtime_error("run folder '" + out.string() + "' already holds a run (" + names +
+                             "); continue it with --resume, or replace it with --overwrite");
+  }
+  try {
+    return train_in_folder(requested, options, files, ckpt_path, run_seconds, seconds_before);
+  } catch (...) {
+    files.abandon();
+    throw;
+  }
 }
 
 }  // namespace seqmix::train

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "seqmix/models/sequence_model.h"
@@ -20,8 +21,14 @@ namespace seqmix::train {
 class CheckpointFile;  // seqmix/train/checkpoint.h
 
 struct TrainOptions {
-  std::string out_dir;  ///< run folder (created if missing)
+  /// Run folder (created if missing). It is locked while train() runs (a second process
+  /// fails at once), and must not already hold a run (checkpoint.pt, config.toml or
+  /// metrics.jsonl) unless `resume` or `overwrite` says what to do with it.
+  std::string out_dir;
   bool resume = false;  ///< continue from out_dir/checkpoint.pt
+  /// Replace the run in out_dir. The old run's files stay as they were until the new run
+  /// writes its first checkpoint; a new run that fails before that leaves them untouched.
+  bool overwrite = false;
   /// With `resume`: out_dir/checkpoint.pt already opened by the caller (who read its
   /// configuration), so the file is read and verified once; opened here when null. Closed
   /// once its state is loaded.
@@ -56,14 +63,45 @@ struct TrainResult {
   double seconds = 0;
 };
 
+/// Thrown by train() when SIGINT or SIGTERM asked it to stop (util/signals.h): the step in
+/// progress was finished and checkpointed, and the run resumes from there with --resume.
+struct Interrupted : std::runtime_error {
+  Interrupted(const std::string& what, int signal, int64_t step, std::string checkpoint)
+      : std::runtime_error(what), signal(signal), step(step), checkpoint(std::move(checkpoint)) {}
+  int signal;              ///< SIGINT or SIGTERM
+  int64_t step;            ///< optimizer steps done in total
+  std::string checkpoint;  ///< the checkpoint written for `step` (empty if none was)
+};
+
+/// Checks a thread count a user asked for: 0 (all hardware threads) up to
+/// max_threads() (four per hardware thread, at least 64: more only thrash).
+/// @throws std::invalid_argument naming `what` (a flag or key) and the machine's count.
+void check_threads(int64_t threads, const std::string& what);
+int64_t max_threads();
+
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
 /// puts OpenBLAS (if it is the BLAS in use) on `blas_threads` threads (default one, so the
 /// two pools do not oversubscribe the cores; 0 = as many as LibTorch). Returns the LibTorch
 /// thread count in effect.
+/// @throws std::invalid_argument as check_threads(threads, "train.threads").
 int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
 
 /// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
 /// used, with `config`'s training section (max_steps, intervals, threads) taking over.
+/// Resuming cannot shorten a run below its checkpoint's step; resuming a finished run trains
+/// and writes nothing. A larger max_steps keeps the learning-rate schedule's horizon
+/// (train.decay_steps) unless the configuration changes it, and says so.
+///
+/// The run folder: config.toml always describes checkpoint.pt (it is written with the first
+/// checkpoint of a resumed or overwriting run); metrics.jsonl gets one JSON object per line,
+/// each with "step" and "time_s" (the run's wall time, seconds): training lines
+/// {"split": "train", "loss", "lr", "grad_norm", ...}, evaluation lines {"split": "valid" |
+/// "test" | "train_eval", "final", ...} and events {"event": "skipped_step" | "warning" |
+/// "interrupted", ...}. A run that fails before its first checkpoint removes the files it
+/// created (and the folder, if it created it).
+///
+/// Between steps train() polls util::stop_signal(): after SIGINT or SIGTERM it finishes the
+/// step, checkpoints it and throws Interrupted.
 /// A step whose loss or any gradient is NaN or infinite stops training (train.nonfinite =
 /// "stop": std::runtime_error naming the step and the first such parameter; no checkpoint
 /// is written after the last good one) or is skipped without an update ("skip": a metrics

@@ -1,0 +1,22 @@
+#pragma once
+/// @file signals.h
+/// Cooperative interruption: SIGINT and SIGTERM ask a long job (training) to stop at a safe
+/// point; a second signal ends the process at once (the signal's default action).
+namespace seqmix::util {
+
+/// Installs the handlers for SIGINT and SIGTERM: the first one records the signal and
+/// restores the default action, so a second one terminates the process. Programs (the CLI)
+/// call this; the library only polls stop_signal(). Idempotent.
+void install_stop_signals();
+
+/// The signal that asked to stop (SIGINT or SIGTERM), or 0.
+int stop_signal();
+
+/// Forgets a recorded signal and re-installs the handlers (tests; a program that handled an
+/// interruption and goes on).
+void reset_stop_signal();
+
+/// "SIGINT", "SIGTERM", or "signal N".
+const char* signal_name(int sig);
+
+}  // namespace seqmix::util
