@@ -7,8 +7,15 @@
 
 namespace seqmix::train {
 
+int64_t evaluated_tokens(const data::TokenIds& tokens, int64_t max_tokens) {
+  int64_t n = static_cast<int64_t>(tokens.size());
+  if (max_tokens > 0) n = std::min(n, max_tokens + 1);
+  return std::max<int64_t>(0, n - 1);
+}
+
 EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
-                    const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens) {
+                    const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens,
+                    const EvalProgressFn& on_progress) {
   if (batch_size < 1)
     throw std::invalid_argument("evaluate: batch size must be >= 1, got " +
                                 std::to_string(batch_size));
@@ -22,11 +29,11 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   const bool was_training = model->is_training();
   model->eval();
   const int64_t T = model->config().max_len;
-  int64_t n = static_cast<int64_t>(tokens.size());
-  if (max_tokens > 0) n = std::min(n, max_tokens + 1);
-  const int64_t predicted = std::max<int64_t>(0, n - 1);
+  const int64_t predicted = evaluated_tokens(tokens, max_tokens);
+  const int64_t n = predicted + (tokens.empty() ? 0 : 1);
   const int64_t full = predicted / T, rest = predicted % T;
   double nll = 0;
+  int64_t scored = 0;
   auto score = [&](int64_t first_window, int64_t count, int64_t len) {
     at::Tensor batch = at::empty({count, len + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i)
@@ -35,6 +42,8 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
     nll += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                   batch.narrow(1, 1, len).reshape({-1}), {}, at::Reduction::Sum)
                .item<double>();
+    scored += count * len;
+    if (on_progress) on_progress(scored, predicted);
   };
   for (int64_t w = 0; w < full; w += batch_size) score(w, std::min(batch_size, full - w), T);
   if (rest > 0) score(full, 1, rest);

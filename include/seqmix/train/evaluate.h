@@ -2,6 +2,7 @@
 /// @file evaluate.h
 /// Held-out evaluation of a language model over a token stream (bytes or SentencePiece).
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "seqmix/data/tokenizer.h"
@@ -20,14 +21,22 @@ struct EvalResult {
   double seconds = 0;
 };
 
+/// Progress of an evaluation: (tokens scored so far, tokens to score in all). Called after
+/// each batch of windows, the last call with done == total.
+using EvalProgressFn = std::function<void(int64_t done, int64_t total)>;
+
 /// Scores every token of `tokens` after the first: non-overlapping windows of max_len inputs
 /// (the window's first token is predicted from nothing before it in that window), batched by
 /// `batch_size`, the last window shorter. `max_tokens` > 0 scores only the first max_tokens
 /// tokens (periodic evaluations); 0 scores all. `tokenizer` (the one that produced `tokens`)
-/// gives the byte count behind bpc.
+/// gives the byte count behind bpc. `on_progress` (optional) is told after every batch.
 /// @throws std::invalid_argument if batch_size < 1 or the model's vocabulary differs from the
 ///         tokenizer's.
 EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
-                    const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens = 0);
+                    const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens = 0,
+                    const EvalProgressFn& on_progress = {});
+
+/// How many tokens `evaluate` scores for these arguments (what its progress counts to).
+int64_t evaluated_tokens(const data::TokenIds& tokens, int64_t max_tokens);
 
 }  // namespace seqmix::train
