@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -14,12 +14,30 @@
 
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/metrics.h"
+#include "seqmix/train/plot.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/paths.h"
+#include "seqmix/util/run_folder.h"
 
 namespace seqmix::train {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+bool valid_model_name(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return false;
+  return true;
+}
+
+const char* const kNameRule =
+    "may use only letters, digits, '-', '_' and '.' (and is not '.' or '..')";
+
+}  // namespace
 
 CompareModel parse_compare_model(const std::string& spec) {
   std::istringstream in(spec);
@@ -27,19 +45,20 @@ CompareModel parse_compare_model(const std::string& spec) {
   in >> head;
   const auto eq = head.find('=');
   const std::string form = " (expected NAME=PRESET [section.key=value ...])";
+  const std::string shown = util::printable_text(spec);
   if (eq == std::string::npos || eq == 0 || eq + 1 == head.size())
-    throw std::invalid_argument("model spec '" + spec + "'" + form);
+    throw std::invalid_argument("model spec '" + shown + "'" + form);
   CompareModel m;
   m.name = head.substr(0, eq);
-  for (const char c : m.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
-      throw std::invalid_argument("model spec '" + spec + "': the name '" + m.name +
-                                  "' may use only letters, digits, '-', '_' and '.'");
+  if (!valid_model_name(m.name))
+    throw std::invalid_argument("model spec '" + shown + "': the name '" +
+                                util::printable_text(m.name) + "' " + kNameRule);
   m.overrides.push_back("model.preset=" + head.substr(eq + 1));
   while (in >> word) {
     const auto e = word.find('='), d = word.find('.');
     if (e == std::string::npos || d == std::string::npos || d > e)
-      throw std::invalid_argument("model spec '" + spec + "': '" + word + "'" + form);
+      throw std::invalid_argument("model spec '" + shown + "': '" + util::printable_text(word) +
+                                  "'" + form);
     m.overrides.push_back(word);
   }
   return m;
@@ -57,6 +76,10 @@ std::vector<double> quartiles(std::vector<double> v) {
   return {at(0.25), at(0.5), at(0.75)};
 }
 
+int64_t compare_bucket(int64_t bucket, int64_t max_steps) {
+  return bucket > 0 ? bucket : std::max<int64_t>(1, max_steps / 20);
+}
+
 namespace {
 
 // The keys that decide which batches a run draws, in the order they are checked.
@@ -72,31 +95,46 @@ std::vector<std::string> batch_keys_differing(const RunConfig& a, const RunConfi
   return keys;
 }
 
-std::string quoted(const std::string& s) {  // for gnuplot and the shell: '...' with ' escaped
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string gnuplot_string(const std::string& s) {  // gnuplot single quotes: '' escapes '
+// A gnuplot single-quoted string of text seqmix made (model names are checked against
+// kNameRule, figures are numbers): '' escapes '.
+std::string gnuplot_string(const std::string& s) {
   std::string out = "'";
   for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
+}
+
+std::string short_count(int64_t n) {
+  if (n >= 1000000) return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
+  if (n >= 1000) return fmt::format("{:.1f}K", static_cast<double>(n) / 1e3);
+  return std::to_string(n);
+}
+
+bool finite_number(const nlohmann::json& line, const char* key, double& value) {
+  const auto it = line.find(key);
+  if (it == line.end() || !it->is_number()) return false;
+  value = it->get<double>();
+  return std::isfinite(value);
 }
 
 // The finished run in `dir`, if there is one: its final held-out line.
 bool finished_run(const fs::path& dir, const RunConfig& config, nlohmann::json& final_eval) {
   const fs::path ckpt = dir / "checkpoint.pt", metrics = dir / "metrics.jsonl";
   if (!fs::is_regular_file(ckpt) || !fs::is_regular_file(metrics)) return false;
-  for (const auto& line : read_metrics(metrics.string()))
-    if (line.value("split", "") == "eval" && line.value("final", false) &&
+  const auto lines = read_metrics(metrics.string());
+  const std::string held_out = held_out_split(lines);
+  for (const auto& line : lines)
+    if (!held_out.empty() && evaluation_split(line) == held_out && line.value("final", false) &&
         line.value("step", int64_t{-1}) == config.train.max_steps)
       final_eval = line;
   if (final_eval.is_null()) return false;
   RunConfig stored = read_checkpoint_config(ckpt.string());
   stored.train.threads = config.train.threads;
   stored.data.dir = config.data.dir;
-  const auto diff = config.diff(stored);
+  // The schedule's horizon, however it is written (0 means train.max_steps).
+  RunConfig wanted = config;
+  for (RunConfig* c : {&wanted, &stored})
+    if (c->train.decay_steps <= 0) c->train.decay_steps = c->train.max_steps;
+  const auto diff = wanted.diff(stored);
   if (!diff.empty())
     throw std::runtime_error("compare: run folder '" + dir.string() +
                              "' holds a different finished run (" + diff.front() +
@@ -106,13 +144,18 @@ bool finished_run(const fs::path& dir, const RunConfig& config, nlohmann::json& 
 
 }  // namespace
 
-CompareResult compare(const CompareOptions& o) {
+std::vector<RunConfig> resolve_compare(const CompareOptions& o) {
   if (o.out_dir.empty()) throw std::runtime_error("compare: no output folder given (--out)");
-  if (o.models.empty()) throw std::runtime_error("compare: no models given (--model NAME=PRESET)");
-  if (o.bucket < 1) throw std::runtime_error("compare: --bucket must be >= 1");
+  util::check_path_text(o.out_dir, "compare: --out");
+  if (!o.config_path.empty()) util::check_path_text(o.config_path, "compare: --config");
+  if (o.models.empty()) throw std::runtime_error("compare: no models given (--run NAME=PRESET)");
+  if (o.bucket < 0) throw std::runtime_error("compare: --bucket must be >= 1 (or 0: automatic)");
   std::set<std::string> names;
   std::vector<RunConfig> configs;
   for (const auto& m : o.models) {
+    if (!valid_model_name(m.name))
+      throw std::runtime_error("compare: model name '" + util::printable_text(m.name) + "' " +
+                               kNameRule);
     if (!names.insert(m.name).second)
       throw std::runtime_error("compare: model name '" + m.name + "' is given twice");
     std::vector<std::string> overrides = o.shared_overrides;
@@ -123,25 +166,43 @@ CompareResult compare(const CompareOptions& o) {
     } catch (const std::exception& e) {
       throw std::runtime_error("compare: model '" + m.name + "': " + e.what());
     }
+    const auto& d = configs.back().data;
+    util::check_path_text(d.source, "compare: --data (data.source)");
+    util::check_path_text(d.dir, "compare: --data-dir (data.dir)");
+    util::check_path_text(d.tokenizer, "compare: --tokenizer (data.tokenizer)");
     const auto keys = batch_keys_differing(configs.front(), configs.back());
     if (!keys.empty())
       throw std::runtime_error("compare: model '" + m.name + "' differs from '" +
                                o.models.front().name + "' in " + keys.front() +
                                ", so the two would not train on the same batches");
   }
+  return configs;
+}
+
+CompareResult compare(const CompareOptions& o) {
+  const std::vector<RunConfig> configs = resolve_compare(o);
+  const int64_t max_steps = configs.front().train.max_steps;
+  const int64_t bucket = compare_bucket(o.bucket, max_steps);
+  if (o.bucket == 0)
+    fmt::print(stderr, "compare: buckets of {} batches (max_steps / 20; --bucket to choose)\n",
+               bucket);
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec || !fs::is_directory(o.out_dir))
     throw std::runtime_error("compare: cannot create '" + o.out_dir + "': " + ec.message());
 
+  // The held-out figure of the second panel: bpc when every model reports it (language
+  // models), else accuracy (classifiers), else the loss.
   CompareResult result;
   // The y axis spans the bucket quartiles: early spikes of single batches (a model without
   // normalisation or clipping can reach hundreds of nats) would flatten everything else.
   double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
+  std::vector<double> all_costs;
   std::ostringstream buckets_dat, batches_dat, summary;
   buckets_dat << "# per model (one gnuplot index each): first_batch last_batch q1 median q3"
                  " of the training cost per batch, nats per token\n";
   batches_dat << "# per model (one gnuplot index each): batch cost\n";
+  std::vector<std::vector<nlohmann::json>> held_out(o.models.size());
   for (size_t i = 0; i < o.models.size(); ++i) {
     const auto& m = o.models[i];
     const RunConfig& config = configs[i];
@@ -171,11 +232,19 @@ CompareResult compare(const CompareOptions& o) {
     }
     // Per-batch costs: with log_interval 1 each training line is one batch.
     std::vector<double> costs;
+    std::vector<int64_t> steps;
     const double batch_tokens =
         static_cast<double>(config.train.batch_size * config.model.max_len);
-    for (const auto& line : read_metrics((dir / "metrics.jsonl").string())) {
-      if (line.value("split", "") != "train") continue;
-      costs.push_back(line.at("loss").get<double>());
+    const auto lines = read_metrics((dir / "metrics.jsonl").string());
+    const std::string held_out_name = held_out_split(lines);
+    for (const auto& line : lines) {
+      if (!held_out_name.empty() && evaluation_split(line) == held_out_name)
+        held_out[i].push_back(line);
+      if (!is_training_line(line)) continue;
+      double cost;
+      if (!finite_number(line, "loss", cost)) continue;  // a skipped non-finite step
+      costs.push_back(cost);
+      steps.push_back(line.value("step", static_cast<int64_t>(costs.size())));
       const double rate = line.value("tokens_per_s", 0.0);
       if (rate > 0) row.seconds += batch_tokens / rate;
     }
@@ -185,9 +254,10 @@ CompareResult compare(const CompareOptions& o) {
                                "' holds no training lines");
     buckets_dat << "# " << m.name << "\n";
     batches_dat << "# " << m.name << "\n";
-    for (size_t b = 0; b < costs.size(); ++b) batches_dat << b + 1 << ' ' << costs[b] << '\n';
-    for (size_t first = 0; first < costs.size(); first += static_cast<size_t>(o.bucket)) {
-      const size_t last = std::min(costs.size(), first + static_cast<size_t>(o.bucket));
+    for (size_t b = 0; b < costs.size(); ++b) batches_dat << steps[b] << ' ' << costs[b] << '\n';
+    all_costs.insert(all_costs.end(), costs.begin(), costs.end());
+    for (size_t first = 0; first < costs.size(); first += static_cast<size_t>(bucket)) {
+      const size_t last = std::min(costs.size(), first + static_cast<size_t>(bucket));
       const auto q = quartiles(std::vector<double>(costs.begin() + static_cast<long>(first),
                                                    costs.begin() + static_cast<long>(last)));
       buckets_dat << first + 1 << ' ' << last << ' ' << q[0] << ' ' << q[1] << ' ' << q[2] << '\n';
@@ -212,53 +282,133 @@ CompareResult compare(const CompareOptions& o) {
     result.rows.push_back(row);
   }
 
+  // Held-out panel: per model (one gnuplot index each) step and figure of every evaluation of
+  // the held-out split; the legend carries the final one.
+  std::string eval_metric;
+  for (const char* metric : {"bpc", "accuracy", "loss"}) {
+    bool everywhere = true;
+    for (const auto& lines : held_out) {
+      bool has = false;
+      double v;
+      for (const auto& line : lines) has = has || finite_number(line, metric, v);
+      everywhere = everywhere && has;
+    }
+    if (everywhere) {
+      eval_metric = metric;
+      break;
+    }
+  }
+  const double eval_scale = eval_metric == "accuracy" ? 100.0 : 1.0;
+  std::ostringstream eval_dat;
+  eval_dat << "# per model (one gnuplot index each): step held-out " << eval_metric << "\n";
+  std::vector<std::string> legends;
+  for (size_t i = 0; i < o.models.size(); ++i) {
+    std::string legend = fmt::format("{}: {} params", o.models[i].name,
+                                     short_count(result.rows[i].parameters));
+    if (!eval_metric.empty()) {
+      eval_dat << "# " << o.models[i].name << "\n";
+      // The final evaluation's figure, else the last one's.
+      double final_value = std::numeric_limits<double>::quiet_NaN(), last_value = final_value, v;
+      for (const auto& line : held_out[i])
+        if (finite_number(line, eval_metric.c_str(), v)) {
+          eval_dat << line.value("step", int64_t{0}) << ' ' << v * eval_scale << '\n';
+          last_value = v * eval_scale;
+          if (line.value("final", false)) final_value = last_value;
+        }
+      eval_dat << "\n\n";
+      legend += fmt::format(", held-out {} {:.4g}{}", eval_metric,
+                            std::isnan(final_value) ? last_value : final_value,
+                            eval_metric == "accuracy" ? "%" : "");
+    }
+    legends.push_back(legend);
+  }
+
   const fs::path out = fs::absolute(o.out_dir);
   util::write_file_atomic((out / "compare.dat").string(), buckets_dat.str());
   util::write_file_atomic((out / "compare_batches.dat").string(), batches_dat.str());
+  if (!eval_metric.empty())
+    util::write_file_atomic((out / "compare_eval.dat").string(), eval_dat.str());
   util::write_file_atomic((out / "summary.jsonl").string(), summary.str());
 
-  // Per model: every batch's cost faintly, the quartile band and the median of each bucket.
+  const double pad = 0.05 * std::max(y_hi - y_lo, 1e-6);
+  const double shown_lo = y_lo - pad, shown_hi = y_hi + pad;
+  const auto clipped = std::count_if(all_costs.begin(), all_costs.end(), [&](double c) {
+    return c < shown_lo || c > shown_hi;
+  });
+  if (clipped > 0)
+    fmt::print(stderr,
+               "compare: the plot's y axis spans the bucket quartiles [{:.3f}, {:.3f}] nats; {} "
+               "of {} single-batch costs lie outside it and are clipped (compare_batches.dat "
+               "has them all)\n",
+               shown_lo, shown_hi, clipped, all_costs.size());
+
+  // The script names only the data files above and its output, relative to the folder it
+  // runs in (a private copy, see run_gnuplot; `gnuplot compare.gp` in the output folder
+  // draws the same picture). No path and no user text is in it: model names are checked
+  // against kNameRule, the rest is numbers and fixed words.
+  // Top panel, per model: every batch's cost faintly, the quartile band and the median of each
+  // bucket. Bottom panel: the held-out figure at every evaluation.
   const std::vector<std::string> colors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                            "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  const bool two_panels = !eval_metric.empty();
+  const RunConfig& c0 = configs.front();
   std::ostringstream gp;
-  gp << "# seqmix compare: training cost per batch, median and quartiles per " << o.bucket
-     << " batches\n"
-     << "set terminal pngcairo noenhanced size 1280,760 font 'sans,11'\n"
-     << "set output " << gnuplot_string((out / "compare.png.tmp").string()) << "\n"
-     << "set title " << gnuplot_string(fmt::format(
-                            "training cost per batch (nats per token): median and quartiles of "
-                            "every {} batches; {}, batch {} x {}",
-                            o.bucket, configs[0].data.source, configs[0].train.batch_size,
-                            configs[0].model.max_len))
+  gp << "# seqmix compare: training cost per batch, median and quartiles per " << bucket
+     << " batches" << (two_panels ? "; held-out " + eval_metric + " at every evaluation" : "")
+     << "\n# run it in the compare folder: gnuplot compare.gp\n"
+     << gnuplot_terminal("compare.png", 1280, two_panels ? 1040 : 760)
+     << "set output 'compare.png'\n"
+     << (two_panels ? "set multiplot\nset origin 0,0.34\nset size 1,0.66\n" : "")
+     << "set title "
+     << gnuplot_string(fmt::format(
+            "training cost per batch (nats per token): median and quartiles of every {} "
+            "batches; batch {} x {}",
+            bucket, c0.train.batch_size, c0.model.max_len))
      << "\nset xlabel 'batch'\nset ylabel 'cost (nats per token)'\nset grid\n"
-     << "set yrange [" << y_lo - 0.05 * (y_hi - y_lo) << ":" << y_hi + 0.05 * (y_hi - y_lo)
+     << "set xrange [0:" << max_steps + std::max<int64_t>(1, max_steps / 50) << "]\n"
+     << "set yrange [" << shown_lo << ":" << shown_hi
      << "]  # the quartile range; single-batch spikes beyond it are clipped\n"
      << "set key top right\nset style fill transparent solid 0.2 noborder\n"
-     << "buckets = " << gnuplot_string((out / "compare.dat").string()) << "\n"
-     << "batches = " << gnuplot_string((out / "compare_batches.dat").string()) << "\n"
      << "plot \\\n";
   for (size_t i = 0; i < o.models.size(); ++i) {
     const std::string c = colors[i % colors.size()];
     // "#AARRGGBB": the per-batch costs drawn mostly transparent under the bucket summary.
-    gp << "  batches index " << i << " using 1:2 with lines lc rgb '#B0" << c.substr(1)
-       << "' lw 1 notitle, \\\n"
-       << "  buckets index " << i << " using (($1+$2)/2):3:5 with filledcurves lc rgb '" << c
-       << "' notitle, \\\n"
-       << "  buckets index " << i << " using (($1+$2)/2):4 with linespoints lc rgb '" << c
-       << "' lw 2 pt 7 ps 0.6 title " << gnuplot_string(o.models[i].name)
+    gp << "  'compare_batches.dat' index " << i << " using 1:2 with lines lc rgb '#B0"
+       << c.substr(1) << "' lw 1 notitle, \\\n"
+       << "  'compare.dat' index " << i
+       << " using (($1+$2)/2):3:5 with filledcurves lc rgb '" << c << "' notitle, \\\n"
+       << "  'compare.dat' index " << i << " using (($1+$2)/2):4 with linespoints lc rgb '" << c
+       << "' lw 2 pt 7 ps 0.6 title " << gnuplot_string(legends[i])
        << (i + 1 < o.models.size() ? ", \\\n" : "\n");
   }
-  util::write_file_atomic((out / "compare.gp").string(), gp.str());
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    fmt::print(stderr, "compare: gnuplot not found; the plot script is '{}'\n",
-               (out / "compare.gp").string());
-  } else if (std::system(("gnuplot " + quoted((out / "compare.gp").string())).c_str()) != 0) {
-    fs::remove(out / "compare.png.tmp", ec);
-    fmt::print(stderr, "compare: gnuplot failed on '{}'\n", (out / "compare.gp").string());
-  } else {
-    fs::rename(out / "compare.png.tmp", out / "compare.png");
-    result.plot = (out / "compare.png").string();
+  if (two_panels) {
+    gp << "set origin 0,0\nset size 1,0.34\nset autoscale y\n"
+       << "set title 'held-out " << eval_metric
+       << " at every evaluation (the last one: the whole split)'\n"
+       << "set xlabel 'batch'\nset ylabel 'held-out " << eval_metric
+       << (eval_metric == "accuracy" ? " (%)" : eval_metric == "bpc" ? " (bits per byte)" : "")
+       << "'\nset key top right\nplot \\\n";
+    for (size_t i = 0; i < o.models.size(); ++i)
+      gp << "  'compare_eval.dat' index " << i << " using 1:2 with linespoints lc rgb '"
+         << colors[i % colors.size()] << "' lw 2 pt 7 ps 1.2 title "
+         << gnuplot_string(o.models[i].name) << (i + 1 < o.models.size() ? ", \\\n" : "\n");
+    gp << "unset multiplot\n";
   }
+  util::write_file_atomic((out / "compare.gp").string(), gp.str());
+
+  GnuplotJob job;
+  job.script = gp.str();
+  job.output = "compare.png";
+  job.files = {{"compare.dat", buckets_dat.str()}, {"compare_batches.dat", batches_dat.str()}};
+  if (two_panels) job.files.emplace_back("compare_eval.dat", eval_dat.str());
+  try {
+    run_gnuplot(job, (out / "compare.png").string());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("compare: " + std::string(e.what()) +
+                             "; the runs and summary.jsonl are written, the plot script is '" +
+                             (out / "compare.gp").string() + "'");
+  }
+  result.plot = (out / "compare.png").string();
   return result;
 }
 

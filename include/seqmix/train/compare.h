@@ -11,9 +11,20 @@
 /// them can be evaluated, resumed or sampled from afterwards like any `seqmix train` run.
 ///
 /// Output folder: <name>/ per model; compare.dat (per model and bucket: first and last batch,
-/// median, lower and upper quartile of the per-batch cost in nats), compare.gp (the gnuplot
-/// script), compare.png (the plot, if gnuplot is installed), summary.jsonl (one line per
-/// model: parameters, final training and held-out cost, perplexity, bpc, training seconds).
+/// median, lower and upper quartile of the per-batch cost in nats), compare_batches.dat (per
+/// model: batch, cost), compare_eval.dat (per model: step and held-out figure of every
+/// evaluation), summary.jsonl (one line per model: parameters, final training and held-out
+/// cost, perplexity, bpc, training seconds), compare.gp (the gnuplot script; it names only
+/// those data files, so `gnuplot compare.gp` in the folder redraws the picture) and
+/// compare.png.
+///
+/// compare.png: top panel, the training cost of every batch (faint), and the quartile band and
+/// median of every bucket of batches per model; the y axis spans the buckets' quartiles, and
+/// when single batches lie beyond it a line on stderr says how many are clipped. Bottom panel:
+/// the held-out figure at every evaluation (bpc when every model reports it, else accuracy in
+/// percent for classifiers, else the loss). The legend gives each model's parameter count and
+/// final held-out figure. gnuplot runs through run_gnuplot (plot.h): no path or user text
+/// reaches its command language.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +49,8 @@ struct CompareOptions {
   std::string config_path;                    ///< shared TOML config (may be empty)
   std::vector<std::string> shared_overrides;  ///< applied to every model first
   std::vector<CompareModel> models;           ///< at least one
-  int64_t bucket = 100;                       ///< batches per median/quartile bucket
+  /// Batches per median/quartile bucket; 0: compare_bucket picks it from train.max_steps.
+  int64_t bucket = 0;
   int64_t report_interval = 100;              ///< steps between progress lines (non-TTY)
 };
 
@@ -58,15 +70,30 @@ struct CompareRow {
 
 struct CompareResult {
   std::vector<CompareRow> rows;
-  std::string plot;  ///< path of compare.png, empty if gnuplot was not found or failed
+  std::string plot;  ///< path of compare.png
 };
+
+/// The bucket size compare uses: `bucket` if positive, else max(1, max_steps / 20) (twenty
+/// buckets over the run).
+int64_t compare_bucket(int64_t bucket, int64_t max_steps);
+
+/// Resolves and checks every model's configuration, as compare does before anything else, and
+/// creates nothing: for callers that prepare the output folder (lock it) only for a
+/// comparison that can start.
+/// @throws std::invalid_argument / std::runtime_error as compare does for its options.
+std::vector<RunConfig> resolve_compare(const CompareOptions& options);
 
 /// Resolves every model's configuration first (so a bad key fails before any training),
 /// checks that they all draw the same batches, then trains them one after the other. A model
 /// whose run folder already holds the finished run (same configuration) is not retrained; an
 /// unfinished one is resumed.
+/// Paths with control characters (--out, --config, data.source, data.dir, data.tokenizer) are
+/// refused before anything is created. The runs and summary.jsonl are written before the
+/// picture is drawn, so they survive a plotting failure.
+/// @throws std::invalid_argument naming the flag whose path holds a control character.
 /// @throws std::runtime_error naming the model and the key that breaks the comparison (e.g.
-///         a different train.seed) or whatever the trainer throws.
+///         a different train.seed), whatever the trainer throws, or "compare: gnuplot failed
+///         (...)" / "compare: gnuplot not found ..." after the runs are written.
 CompareResult compare(const CompareOptions& options);
 
 /// Lower quartile, median and upper quartile of `values` (linear interpolation between
