@@ -459,6 +459,18 @@ TEST(Compare, ScriptNamesNoPathTwoPanelsAndFailingGnuplotFails) {
     if (!line.empty() && line[0] != '#') ++eval_rows;
   EXPECT_EQ(eval_rows, 4);
 
+  // One bucket over the whole run: the first batches' costs lie above its upper quartile, and
+  // stderr says they are clipped; an explicit bucket is not announced.
+  o.bucket = 6;
+  testing::internal::CaptureStderr();
+  train::compare(o);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("single-batch costs lie outside it and are clipped"), std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("buckets of"), std::string::npos) << said;
+  EXPECT_NE(read_text(out + "/compare.gp").find("median and quartiles of every 6 batches"),
+            std::string::npos);
+
   // Plotting fails: the runs and summary.jsonl are kept, the error says so.
   fs::remove(out + "/summary.jsonl");
   fs::remove(out + "/compare.png");
