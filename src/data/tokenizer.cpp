@@ -2,8 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -100,24 +104,103 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  if (!fs::is_regular_file(path))
-    throw std::runtime_error("tokenizer model '" + path + "' does not exist");
-  return from_serialized(util::read_file(path), "tokenizer model '" + path + "'");
+  const std::string key = "data.tokenizer (--tokenizer)";
+  std::error_code ec;
+  if (!fs::exists(fs::status(path, ec)))  // stat only: a FIFO is never opened here
+    throw std::runtime_error(key + ": tokenizer model '" + path +
+                             "' does not exist (give 'bytes' or a .model file written by "
+                             "`seqmix tokenizer train`)");
+  return from_serialized(read_regular_file(path, key), "tokenizer model '" + path + "'");
 }
+
+namespace {
+
+// The part of a SentencePiece status message after its source location, e.g. "Vocabulary
+// size too high (5000). Please set it to a value <= 351." from "Internal:
+// ./src/trainer_interface.cc(660) [(...) == (...)] Vocabulary size too high ...".
+std::string spm_reason(const std::string& msg) {
+  const auto close = msg.find("] ");
+  return close == std::string::npos ? msg : msg.substr(close + 2);
+}
+
+// The first integer after `marker` in `text` (-1 if none).
+int64_t number_after(const std::string& text, const std::string& marker) {
+  const auto at = text.find(marker);
+  if (at == std::string::npos) return -1;
+  size_t i = at + marker.size();
+  while (i < text.size() && !std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  int64_t v = -1;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i)
+    v = (v < 0 ? 0 : v) * 10 + (text[i] - '0');
+  return v;
+}
+
+// SentencePiece's message for a failed training, re-worded for a user of
+// `seqmix tokenizer train`; the original follows in brackets.
+std::string explain_training_failure(const std::string& msg, const TokenizerOptions& o,
+                                     size_t text_bytes) {
+  const std::string reason = spm_reason(msg);
+  const std::string vs = "--vocab-size " + std::to_string(o.vocab_size);
+  std::string head;
+  if (reason.find("Vocabulary size too high") != std::string::npos) {
+    const int64_t most = number_after(reason, "<=");
+    head = vs + " is larger than the corpus allows" +
+           (most > 0 ? ": at most " + std::to_string(most) + " pieces for this text" : "") +
+           "; lower --vocab-size or train on more text";
+  } else if (reason.find("smaller than required_chars") != std::string::npos) {
+    const int64_t least = number_after(reason, " vs ");
+    head = vs + " is too small for this corpus" +
+           (least > 0 ? ": it needs at least " + std::to_string(least) : std::string()) +
+           " (256 byte pieces, 3 special pieces and one piece per distinct character)";
+  } else if (reason.find("bad_alloc") != std::string::npos ||
+             reason.find("out of memory") != std::string::npos) {
+    head = "out of memory training on " + std::to_string(text_bytes) + " bytes with " + vs +
+           "; lower --max-sentences or --vocab-size";
+  } else if (reason.find("No sentences") != std::string::npos ||
+             reason.find("empty") != std::string::npos) {
+    head = "the text has no usable line (lines longer than " +
+           std::to_string(o.max_sentence_length) + " bytes are skipped)";
+  } else {
+    return "tokenizer training failed: " + reason + " (SentencePiece: " + msg + ")";
+  }
+  return "tokenizer training failed: " + head + " (SentencePiece: " + reason + ")";
+}
+
+std::string seconds(double s) {
+  std::ostringstream ss;
+  ss.setf(std::ios::fixed);
+  ss.precision(s < 10 ? 1 : 0);
+  ss << s << " s";
+  return ss.str();
+}
+
+}  // namespace
 
 Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
   if (o.model_type != "bpe" && o.model_type != "unigram")
-    throw std::invalid_argument("tokenizer model type: expected bpe or unigram, got '" +
+    throw std::invalid_argument("tokenizer: --model-type must be bpe or unigram, got '" +
                                 o.model_type + "'");
-  // 256 byte pieces plus <unk>, <s>, </s> are always in the vocabulary.
+  // 256 byte pieces plus <unk>, <s>, </s> are always in the vocabulary, and one piece per
+  // distinct character of the text (character_coverage 1.0).
   if (o.vocab_size < 260 || o.vocab_size > (int64_t{1} << 24))
-    throw std::invalid_argument("tokenizer vocab_size: expected 260 .. 16777216 (256 byte " +
-                                std::string("pieces and 3 specials are always included), got ") +
-                                std::to_string(o.vocab_size));
-  if (o.max_sentences < 0 || o.max_sentence_length < 1)
-    throw std::invalid_argument("tokenizer: max_sentences must be >= 0, max_sentence_length >= 1");
-  const int64_t threads =
-      o.threads > 0 ? o.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+    throw std::invalid_argument(
+        "tokenizer: --vocab-size must be in [260, 16777216] (256 byte pieces, 3 special pieces "
+        "and the text's characters are always included), got " + std::to_string(o.vocab_size));
+  if (o.max_sentences < 0)
+    throw std::invalid_argument("tokenizer: --max-sentences must be >= 0 (0: all lines), got " +
+                                std::to_string(o.max_sentences));
+  if (o.max_sentence_length < 1 || o.max_sentence_length > (int64_t{1} << 30))
+    throw std::invalid_argument("tokenizer: max_sentence_length must be in [1, 2^30] bytes, got " +
+                                std::to_string(o.max_sentence_length));
+  if (o.seed < 0 || o.seed > int64_t{0xffffffff})
+    throw std::invalid_argument("tokenizer: --seed must be in [0, 4294967295], got " +
+                                std::to_string(o.seed));
+  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (o.threads < 0 || o.threads > 4 * hw)
+    throw std::invalid_argument("tokenizer: --threads must be in [0, " + std::to_string(4 * hw) +
+                                "] (0: all; 4x this machine's " + std::to_string(hw) +
+                                " hardware threads at most), got " + std::to_string(o.threads));
+  const int64_t threads = o.threads > 0 ? o.threads : hw;
   // Why these settings: see the file comment of tokenizer.h (exact invertibility).
   const std::vector<std::pair<std::string, std::string>> args = {
       {"model_type", o.model_type},
@@ -140,13 +223,30 @@ Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
     values.push_back(v.c_str());
   }
   const Plugin& p = plugin();
+  const std::string what = o.source.empty() ? "the text" : o.source;
+  if (o.announce)
+    std::fprintf(stderr, "tokenizer: training %s (%lld pieces) on %zu bytes of %s ...\n",
+                 o.model_type == "bpe" ? "BPE" : "unigram", static_cast<long long>(o.vocab_size),
+                 text.size(), what.c_str());
+  const auto start = std::chrono::steady_clock::now();
   char *proto = nullptr, *err = nullptr;
   size_t n = 0;
   if (p.train(text.data(), text.size(), keys.data(), values.data(), keys.size(), &proto, &n,
               &err) != 0)
-    throw std::runtime_error("tokenizer training failed: " + take_error(err));
-  const std::string bytes(proto, n);
+    throw std::runtime_error(explain_training_failure(take_error(err), o, text.size()));
+  std::string bytes;
+  try {
+    bytes.assign(proto, n);
+  } catch (...) {
+    p.free(proto);
+    throw;
+  }
   p.free(proto);
+  if (o.announce)
+    std::fprintf(stderr, "tokenizer: trained in %s\n",
+                 seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                             .count())
+                     .c_str());
   return from_serialized(bytes, "the trained tokenizer");
 }
 

@@ -1,6 +1,7 @@
 #include "seqmix/models/sequence_model.h"
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 #include "seqmix/nn/aib_attention.h"
@@ -14,12 +15,21 @@ void ModelConfig::validate() const {
   auto fail = [](const std::string& key, const std::string& what) {
     throw std::invalid_argument("model." + key + ": " + what);
   };
-  if (vocab_size < 1) fail("vocab_size", "must be >= 1");
-  if (d_model < 2) fail("d_model", "must be >= 2");
-  if (n_layers < 1) fail("n_layers", "must be >= 1");
-  if (d_ff < 1) fail("d_ff", "must be >= 1");
-  if (max_len < 1) fail("max_len", "must be >= 1");
-  if (dropout < 0 || dropout >= 1) fail("dropout", "must be in [0, 1)");
+  auto at_least = [&](const char* key, int64_t v, int64_t lo) {
+    if (v < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+  };
+  auto number = [](double v) {
+    std::ostringstream ss;
+    ss << v;
+    return ss.str();
+  };
+  at_least("vocab_size", vocab_size, 1);
+  at_least("d_model", d_model, 2);
+  at_least("n_layers", n_layers, 1);
+  at_least("d_ff", d_ff, 1);
+  at_least("max_len", max_len, 1);
+  if (!(dropout >= 0 && dropout < 1))
+    fail("dropout", "must be a number in [0, 1), got " + number(dropout));
   if (mixers.empty()) fail("mixers", "must name at least one mixer");
   for (const auto& m : mixers) {
     if (m == "attention") {
@@ -30,16 +40,22 @@ void ModelConfig::validate() const {
       if (!causal && d_model % 2 != 0) fail("d_model", "must be even for the AIB encoder");
     } else if (m == "extractor") {
       if (!causal) fail("causal", "the Extractor is causal only");
-    } else if (m == "etsmlp") {
-      if (!(ces_r_min > 0 && ces_r_min <= ces_r_max && ces_r_max < 1))
-        fail("ces_r_min", "need 0 < ces_r_min <= ces_r_max < 1");
-      if (!(ces_max_lambda > 0 && ces_max_lambda <= 1) || (ces_normalize && ces_max_lambda >= 1))
-        fail("ces_max_lambda", "must be in (0, 1] (below 1 with ces_normalize)");
-    } else {
+    } else if (m != "etsmlp") {
       fail("mixers", "unknown mixer '" + m + "' (expected aib, attention, extractor or etsmlp)");
     }
   }
-  if (n_classes < 0) fail("n_classes", "must be >= 0 (0: no classification head)");
+  // The CES ring and bounds are checked whatever the mixers, so a stored configuration never
+  // carries a NaN or an infinity (the comparisons below are false for NaN).
+  if (!(ces_r_min > 0 && ces_r_min <= ces_r_max && ces_r_max < 1))
+    fail("ces_r_min", "need 0 < ces_r_min <= ces_r_max < 1, got ces_r_min " + number(ces_r_min) +
+                          ", ces_r_max " + number(ces_r_max));
+  if (!(ces_max_lambda > 0 && ces_max_lambda <= 1) || (ces_normalize && ces_max_lambda >= 1))
+    fail("ces_max_lambda",
+         "must be in (0, 1] (below 1 with ces_normalize), got " + number(ces_max_lambda));
+  if (!(std::isfinite(ces_max_phase) && ces_max_phase > 0))
+    fail("ces_max_phase", "must be a finite number > 0 (radians), got " + number(ces_max_phase));
+  if (n_classes < 0)
+    fail("n_classes", "must be >= 0 (0: no classification head), got " + std::to_string(n_classes));
   if (cls_pair && n_classes < 1) fail("cls_pair", "needs a classification head (n_classes >= 1)");
   if (norm_type != "layer" && norm_type != "batch")
     fail("norm_type", "must be layer or batch, got '" + norm_type + "'");
@@ -52,35 +68,64 @@ void ModelConfig::validate() const {
   ops::parse_attention_impl(attention_impl);
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t D = d_model;
-  int64_t n = vocab_size * D + max_len * D;  // embeddings
-  for (int64_t i = 0; i < n_layers; ++i) {
-    const std::string& m = mixers[static_cast<size_t>(i) % mixers.size()];
+namespace {
+
+// The parameter count in long double: x86-64's 64-bit mantissa holds every integer below 2^64
+// exactly, so no product or sum below that bound rounds, and none can overflow. Layers are
+// counted per mixer kind (n_layers may be huge in an unchecked configuration).
+long double count_parameters(const ModelConfig& c) {
+  using R = long double;
+  const R D = static_cast<R>(c.d_model), F = static_cast<R>(c.d_ff);
+  const R V = static_cast<R>(c.vocab_size), L = static_cast<R>(c.max_len);
+  R n = V * D + L * D;  // embeddings
+  const int64_t M = static_cast<int64_t>(c.mixers.size());
+  for (int64_t j = 0; j < M; ++j) {
+    // Layers i in [0, n_layers) with i % M == j.
+    const int64_t layers = c.n_layers / M + (j < c.n_layers % M ? 1 : 0);
+    if (layers <= 0) continue;
+    const std::string& m = c.mixers[static_cast<size_t>(j)];
+    R per = 0;
     if (m == "aib")
-      n += 3 * D * D + D + (aib_bias ? 2 * D : 0) +
-           (aib_weights == "ones" ? 0 : ops::aib_num_levels(max_len) * D);
+      per += 3 * D * D + D + (c.aib_bias ? 2 * D : 0) +
+             (c.aib_weights == "ones" ? 0 : static_cast<R>(ops::aib_num_levels(c.max_len)) * D);
     else if (m == "extractor")
-      n += max_len * D * D + (extractor_adjust ? D * D : 0) + (extractor_out_proj ? D * D : 0);
+      per += L * D * D + (c.extractor_adjust ? D * D : 0) + (c.extractor_out_proj ? D * D : 0);
     else if (m != "etsmlp")
-      n += 4 * D * D + (bias ? 4 * D : 0);
+      per += 4 * D * D + (c.bias ? 4 * D : 0);
     if (m == "etsmlp") {
       // in_proj, out_proj (with biases), gate, CES (3 complex parameters per channel and
       // direction, omega per channel); one norm, no FFN.
-      const int64_t C = causal ? d_ff : 2 * d_ff;
-      n += 2 * D * d_ff + d_ff + D + (ces_gate ? D * D + D : 0) + 6 * C +
-           (ces_shortcut == "none" ? 0 : d_ff);
-      if (norm) n += 2 * D;  // one norm (LayerNorm or BatchNorm: weight and bias)
-      continue;
+      const R C = c.causal ? F : 2 * F;
+      per += 2 * D * F + F + D + (c.ces_gate ? D * D + D : 0) + 6 * C +
+             (c.ces_shortcut == "none" ? 0 : F);
+      if (c.norm) per += 2 * D;  // one norm (LayerNorm or BatchNorm: weight and bias)
+    } else {
+      per += 2 * D * F + (c.bias ? F + D : 0);  // FFN
+      if (c.norm) per += 4 * D;                 // two norms
     }
-    n += 2 * D * d_ff + (bias ? d_ff + D : 0);  // FFN
-    if (norm) n += 4 * D;                       // two norms
+    n += per * static_cast<R>(layers);
   }
-  if (norm) n += 2 * D;                      // final norm
-  if (!tie_embeddings) n += D * vocab_size;  // head (no bias)
-  if (n_classes > 0) n += D * n_classes + n_classes;
-  if (cls_pair) n += 4 * D * D + D;
+  if (c.norm) n += 2 * D;                     // final norm
+  if (!c.tie_embeddings) n += D * V;          // head (no bias)
+  if (c.n_classes > 0) n += D * static_cast<R>(c.n_classes) + static_cast<R>(c.n_classes);
+  if (c.cls_pair) n += 4 * D * D + D;
   return n;
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  const long double n = count_parameters(*this);
+  if (!(n < 9223372036854775807.0L))
+    throw std::overflow_error("model: the parameter count (about " +
+                              std::to_string(static_cast<double>(n)) +
+                              ") does not fit in 64 bits; lower model.n_layers, model.d_model, "
+                              "model.d_ff, model.vocab_size or model.max_len");
+  return static_cast<int64_t>(n);
+}
+
+double ModelConfig::num_parameters_approx() const {
+  return static_cast<double>(count_parameters(*this));
 }
 
 SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(config)) {

@@ -2,16 +2,21 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
-#include <sstream>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
-#include <type_traits>
+#include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "seqmix/data/tasks.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/task_presets.h"
+#include "seqmix/util/memory.h"
 
 namespace seqmix::train {
 
@@ -299,80 +304,236 @@ std::vector<std::string> RunConfig::diff(const RunConfig& other) const {
   return out;
 }
 
+std::string describe_key(const std::string& key) {
+  static const std::map<std::string, std::string> flags = {
+      {"train.max_steps", "--max-steps"}, {"train.seed", "--seed"},
+      {"train.batch_size", "--batch-size"}, {"train.lr", "--lr"},
+      {"train.threads", "--threads"},       {"model.max_len", "--max-len"},
+      {"data.source", "--data"},            {"data.dir", "--data-dir"},
+      {"data.task", "--task"},              {"model.preset", "--model"},
+      {"model.size", "--size"},             {"data.tokenizer", "--tokenizer"},
+      {"model.aib_impl", "--aib-impl"}};
+  const auto it = flags.find(key);
+  return it == flags.end() ? key : key + " (" + it->second + ")";
+}
+
+namespace {
+
+std::string number(double v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
+[[noreturn]] void fail(const std::string& key, const std::string& what) {
+  throw std::invalid_argument(describe_key(key) + ": " + what);
+}
+
+void at_least(const std::string& key, int64_t v, int64_t lo, const std::string& note = "") {
+  if (v < lo)
+    fail(key, "must be >= " + std::to_string(lo) + note + ", got " + std::to_string(v));
+}
+
+// lo <= v (< or <=) hi, finite; NaN fails every comparison.
+void in_range(const std::string& key, double v, double lo, double hi, bool hi_open,
+              const std::string& note = "") {
+  if (!(std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi)))
+    fail(key, "must be a number in [" + number(lo) + ", " + number(hi) + (hi_open ? ")" : "]") +
+                  note + ", got " + number(v));
+}
+
+void finite_at_least(const std::string& key, double v, double lo, bool open,
+                     const std::string& note = "") {
+  if (!(std::isfinite(v) && (open ? v > lo : v >= lo)))
+    fail(key, "must be a finite number " + std::string(open ? "> " : ">= ") + number(lo) + note +
+                  ", got " + number(v));
+}
+
+// Paths reach messages, JSON and plot scripts: no control characters (newline, escape, ...).
+void plain_text(const std::string& key, const std::string& v) {
+  for (const unsigned char ch : v)
+    if (ch < 0x20 || ch == 0x7f)
+      fail(key, "must not contain control characters (newline, tab, escape, ...)");
+}
+
+}  // namespace
+
 void RunConfig::validate() const {
-  model.validate();
-  auto fail = [](const std::string& key, const std::string& what) {
-    throw std::invalid_argument("train." + key + ": " + what);
-  };
+  try {
+    model.validate();
+  } catch (const std::invalid_argument& e) {
+    // "model.key: ..." -> "model.key (--flag): ..." where the key has a flag.
+    const std::string what = e.what();
+    const auto colon = what.find(": ");
+    if (what.rfind("model.", 0) == 0 && colon != std::string::npos)
+      throw std::invalid_argument(describe_key(what.substr(0, colon)) + what.substr(colon));
+    throw;
+  }
   const auto& t = train;
-  if (t.batch_size < 1) fail("batch_size", "must be >= 1");
-  if (t.max_steps < 0) fail("max_steps", "must be >= 0");
-  if (!(t.lr > 0)) fail("lr", "must be > 0");
-  if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1) fail("min_lr_ratio", "must be in [0, 1]");
-  if (t.warmup_steps < 0) fail("warmup_steps", "must be >= 0");
-  if (t.decay_steps < 0) fail("decay_steps", "must be >= 0 (0: train.max_steps)");
+  at_least("train.batch_size", t.batch_size, 1);
+  at_least("train.max_steps", t.max_steps, 0);
+  finite_at_least("train.lr", t.lr, 0, true);
+  in_range("train.min_lr_ratio", t.min_lr_ratio, 0, 1, false, " (final lr = lr x this)");
+  at_least("train.warmup_steps", t.warmup_steps, 0);
+  at_least("train.decay_steps", t.decay_steps, 0, " (0: train.max_steps)");
   if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
-    fail("schedule", "must be cosine, linear or constant, got '" + t.schedule + "'");
-  if (t.weight_decay < 0) fail("weight_decay", "must be >= 0");
-  if (t.beta1 < 0 || t.beta1 >= 1) fail("beta1", "must be in [0, 1)");
-  if (t.beta2 < 0 || t.beta2 >= 1) fail("beta2", "must be in [0, 1)");
-  if (!(t.eps > 0)) fail("eps", "must be > 0");
-  if (t.grad_clip < 0) fail("grad_clip", "must be >= 0");
-  if (t.eval_interval < 0) fail("eval_interval", "must be >= 0");
-  if (t.eval_max_bytes < 0) fail("eval_max_bytes", "must be >= 0");
-  if (t.checkpoint_interval < 0) fail("checkpoint_interval", "must be >= 0");
-  if (t.log_interval < 1) fail("log_interval", "must be >= 1");
-  if (t.seed < 0) fail("seed", "must be >= 0");
-  if (t.threads < 0) fail("threads", "must be >= 0");
+    fail("train.schedule", "must be cosine, linear or constant, got '" + t.schedule + "'");
+  finite_at_least("train.weight_decay", t.weight_decay, 0, false);
+  in_range("train.beta1", t.beta1, 0, 1, true);
+  in_range("train.beta2", t.beta2, 0, 1, true);
+  finite_at_least("train.eps", t.eps, 0, true);
+  finite_at_least("train.grad_clip", t.grad_clip, 0, false, " (0: no clipping)");
+  at_least("train.eval_interval", t.eval_interval, 0, " (0: only at the end)");
+  at_least("train.eval_max_bytes", t.eval_max_bytes, 0, " (0: the whole split)");
+  at_least("train.checkpoint_interval", t.checkpoint_interval, 0, " (0: only at the end)");
+  at_least("train.log_interval", t.log_interval, 1);
+  at_least("train.seed", t.seed, 0);
+  at_least("train.threads", t.threads, 0, " (0: all hardware threads)");
   if (t.nonfinite != "stop" && t.nonfinite != "skip")
-    fail("nonfinite", "must be stop or skip, got '" + t.nonfinite + "'");
-  if (data.eval_split != "valid" && data.eval_split != "test")
-    throw std::invalid_argument("data.eval_split: must be valid or test, got '" + data.eval_split +
-                                "'");
-  if (data.tokenizer.empty())
-    throw std::invalid_argument("data.tokenizer: must be 'bytes' or a SentencePiece model path");
-  if (data.pad_to_multiple < 1)
-    throw std::invalid_argument("data.pad_to_multiple: must be >= 1, got " +
-                                std::to_string(data.pad_to_multiple));
-  if (!data.task.empty()) {
+    fail("train.nonfinite", "must be stop or skip, got '" + t.nonfinite + "'");
+  const auto& d = data;
+  if (d.source.empty())
+    fail("data.source", "must name a corpus (sotu, moby-dick) or a text file or folder");
+  plain_text("data.source", d.source);
+  plain_text("data.dir", d.dir);
+  plain_text("data.tokenizer", d.tokenizer);
+  if (d.eval_split != "valid" && d.eval_split != "test")
+    fail("data.eval_split", "must be valid or test, got '" + d.eval_split + "'");
+  if (d.tokenizer.empty()) fail("data.tokenizer", "must be 'bytes' or a SentencePiece model path");
+  at_least("data.pad_to_multiple", d.pad_to_multiple, 1);
+  at_least("data.task_seed", d.task_seed, 0);
+  at_least("data.train_examples", d.train_examples, 0, " (0: the task's default)");
+  at_least("data.valid_examples", d.valid_examples, 0, " (0: the task's default)");
+  at_least("data.test_examples", d.test_examples, 0, " (0: the task's default)");
+  if (!d.task.empty()) {
     const data::TaskInfo* info = nullptr;
     try {
-      info = &data::task_info(data.task);
+      info = &data::task_info(d.task);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("data.task: ") + e.what());
+      fail("data.task", e.what());
     }
     auto need = [&](const char* key, int64_t have, int64_t want, const char* why) {
       if (have != want)
-        throw std::invalid_argument(std::string("model.") + key + ": task '" + data.task +
+        throw std::invalid_argument(std::string("model.") + key + ": task '" + d.task +
                                     "' needs " + std::to_string(want) + " (" + why + "), got " +
                                     std::to_string(have));
     };
     need("vocab_size", model.vocab_size, info->vocab_size, "its token ids");
     need("n_classes", model.n_classes, info->n_classes, "its classes");
     need("cls_pair", model.cls_pair, info->pair, "1: pairs of sequences, 0: single sequences");
-    if (data.tokenizer != "bytes")
-      throw std::invalid_argument("data.tokenizer: task '" + data.task +
-                                  "' brings its own tokens; set 'bytes', got '" + data.tokenizer +
-                                  "'");
-    if (data.train_examples < 0 || data.valid_examples < 0 || data.test_examples < 0)
-      throw std::invalid_argument("data.train_examples / valid_examples / test_examples: must be "
-                                  ">= 0 (0: the task's default)");
-    if (data.task_seed < 0) throw std::invalid_argument("data.task_seed: must be >= 0");
+    if (d.tokenizer != "bytes")
+      fail("data.tokenizer", "task '" + d.task + "' brings its own tokens; set 'bytes', got '" +
+                                 d.tokenizer + "'");
     // BatchNorm's batch statistics would count the padding of variable-length examples.
     if (model.norm_type == "batch" &&
-        (data.task == "listops" || data.task == "text" || data.task == "retrieval"))
+        (d.task == "listops" || d.task == "text" || d.task == "retrieval"))
       throw std::invalid_argument("model.norm_type: 'batch' would fold padding into the batch "
-                                  "statistics of task '" + data.task +
+                                  "statistics of task '" + d.task +
                                   "' (examples of different lengths); use 'layer'");
     return;
   }
   if (model.n_classes > 0)
     throw std::invalid_argument("model.n_classes: a classification head needs a task "
                                 "(data.task, --task); language modelling uses the LM head");
-  if (data.tokenizer == "bytes" && model.vocab_size != 256)
+  if (d.tokenizer == "bytes" && model.vocab_size != 256)
     throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
                                 "need 256, got " + std::to_string(model.vocab_size) +
                                 "; give a SentencePiece model as data.tokenizer (--tokenizer)");
+}
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"bytes", "KB", "MB", "GB", "TB", "PB", "EB"};
+  int u = 0;
+  while (b >= 1000 && u < 6) {
+    b /= 1000;
+    ++u;
+  }
+  std::ostringstream ss;
+  ss.precision(b < 10 && u > 0 ? 2 : 3);
+  if (u == 6 && b >= 1000)
+    ss << std::scientific << b * 1e18 << " bytes";
+  else
+    ss << b << " " << units[u];
+  return ss.str();
+}
+
+}  // namespace
+
+// The activation term counts, per position of each of the batch_size sequences, the float32
+// tensors a training step must keep for backward; it leaves out workspaces, dropout masks,
+// the optimizer's temporaries and everything outside LibTorch, so it is a lower bound:
+//   each block with an FFN: 4 D with norms (each norm's input and output), 2 D without (the
+//     inputs of the mixer's and the FFN's first projections), + the mixer's own tensors
+//     (attention: Q, K, V and its output, 4 D; AIB: A, V and O, 3 D; Extractor: X W_adj, ext
+//     and its output, 3 D) + 2 d_ff (the FFN's hidden layer before and after its
+//     activation);
+//   each ESMLP block: 2 D (norm output, residual input) + 3 d_ff (projection, CES output,
+//     ReLU output);
+//   an attention mixer on the reference path (model.attention_impl = reference): its
+//     [L, L] probabilities per head (softmax's backward needs them), n_heads L;
+//   the embeddings and the final norm: 2 D; a language model's logits and their gradient:
+//     2 V.
+// The positions are model.max_len (at most the task's longest sequence for a task), twice
+// for pair tasks (two towers).
+RunConfig::MemoryEstimate RunConfig::estimate_training_memory() const {
+  const auto& m = model;
+  const double D = static_cast<double>(m.d_model), F = static_cast<double>(m.d_ff);
+  double L = static_cast<double>(m.max_len);
+  if (!data.task.empty()) {
+    try {
+      L = std::min(L, static_cast<double>(data::task_info(data.task).max_len));
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  double per_position = 2 * D;  // embeddings, final norm
+  if (m.n_classes == 0) per_position += 2 * static_cast<double>(m.vocab_size);
+  const auto M = static_cast<int64_t>(m.mixers.size());
+  for (int64_t j = 0; j < M; ++j) {
+    const double layers =
+        static_cast<double>(m.n_layers / M + (j < m.n_layers % M ? 1 : 0));
+    const std::string& kind = m.mixers[static_cast<size_t>(j)];
+    double per_layer = 2 * D + 3 * F;  // etsmlp
+    if (kind != "etsmlp")
+      per_layer = (m.norm ? 4 : 2) * D + (kind == "attention" ? 4 : 3) * D + 2 * F;
+    if (kind == "attention" && m.attention_impl == "reference")
+      per_layer += static_cast<double>(m.n_heads) * L;
+    per_position += per_layer * layers;
+  }
+  const double towers = m.cls_pair ? 2 : 1;
+  MemoryEstimate e;
+  e.parameters = m.num_parameters_approx() * 4 * 4;
+  e.activations = static_cast<double>(train.batch_size) * L * towers * per_position * 4;
+  return e;
+}
+
+void RunConfig::check_resources() const {
+  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (train.threads > 4 * hw)
+    fail("train.threads",
+         "must be at most " + std::to_string(4 * hw) + " (4x this machine's " +
+             std::to_string(hw) + " hardware threads; 0: all of them), got " +
+             std::to_string(train.threads));
+  const MemoryEstimate e = estimate_training_memory();
+  const double physical = static_cast<double>(util::physical_memory_bytes());
+  if (physical > 0 && !(e.total() <= physical)) {
+    const auto& m = model;
+    std::ostringstream ss;
+    ss << "one training step needs at least " << human_bytes(e.total())
+       << " of memory, more than this machine's " << human_bytes(physical)
+       << " of physical memory: activations of " << describe_key("train.batch_size") << " "
+       << train.batch_size << " x " << describe_key("model.max_len") << " " << m.max_len
+       << " positions through model.n_layers " << m.n_layers << " layers of model.d_model "
+       << m.d_model << " / model.d_ff " << m.d_ff << ": " << human_bytes(e.activations) << "; "
+       << number(m.num_parameters_approx())
+       << " parameters (model.n_layers, model.d_model, model.d_ff, model.vocab_size "
+       << m.vocab_size << ", model.max_len) with gradients and AdamW moments: "
+       << human_bytes(e.parameters) << ". Lower "
+       << (e.activations >= e.parameters ? "train.batch_size, model.max_len or model.n_layers"
+                                         : "model.n_layers, model.d_model or model.max_len");
+    throw std::invalid_argument(ss.str());
+  }
 }
 
 RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -430,7 +591,15 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
         base.train.grad_clip = 0;
       }
     } catch (const std::invalid_argument& e) {
-      throw std::runtime_error(e.what());
+      // Name the key (and flag) the unknown name came from.
+      const std::string what = e.what();
+      const char* key = what.rfind("unknown model preset", 0) == 0 ? "model.preset"
+                        : what.rfind("unknown model size", 0) == 0 ||
+                                what.rfind("unknown task size", 0) == 0
+                            ? "model.size"
+                        : what.rfind("unknown task", 0) == 0 ? "data.task"
+                                                             : nullptr;
+      throw std::runtime_error(key ? describe_key(key) + ": " + what : what);
     }
   }
   toml::table t = to_table(base);
@@ -439,6 +608,7 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   RunConfig c = from_table(t, "configuration");
   try {
     c.validate();
+    c.check_resources();
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(std::string("invalid configuration: ") + e.what());
   }

@@ -32,9 +32,15 @@ constexpr int64_t kLarge = 32 * 1024 * 1024;
 
 std::atomic<int64_t> g_live{0}, g_peak{0};
 
+}  // namespace
+
 int64_t physical_memory_bytes() {
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<int64_t>(pages) * page;
 }
+
+namespace {
 
 // Blocks are found again by their address (data == context), so LibTorch's raw_allocate /
 // raw_deallocate, used inside some ATen kernels, work through it too.

@@ -38,7 +38,9 @@ const TaskInfo& task_info(const std::string& name);
 /// split (retrieval: the number of pairs drawn).
 struct TaskSpec {
   std::string name;
-  std::string dir = "data";  ///< the folder scripts/setup.sh fills
+  /// The folder scripts/setup.sh fills, as data.dir: "" = the default lookup
+  /// (data/byte_corpus.h, resolve_data_dir). Only text, retrieval and image read it.
+  std::string dir;
   uint64_t seed = 0;         ///< data seed (generation, splits), separate from the model's
   int64_t train = 0, valid = 0, test = 0;
   /// The model's longest sequence (0: the task's own max_len). Text cuts bodies and
@@ -56,7 +58,8 @@ struct TaskData {
 
 /// Builds or loads a task's three splits. Deterministic for equal specs.
 /// @throws std::invalid_argument for an unknown task or negative sizes; std::runtime_error
-///         naming the file or folder when installed data is missing or corrupt.
+///         naming the file or folder when installed data is missing (saying where the data
+///         folder was looked for), corrupt, or holds something other than regular files.
 TaskData load_task(const TaskSpec& spec);
 
 }  // namespace seqmix::data

@@ -38,23 +38,34 @@ struct TokenizerOptions {
   int64_t max_sentence_length = 8192;  ///< longer lines are skipped, bytes [max_sentence_length]
   int64_t seed = 1337;                 ///< sampling of lines when there are more than max_sentences
   int64_t threads = 0;                 ///< trainer threads (0 = hardware threads) [num_threads]
+  /// What the text is (a corpus name or path), for the announcement lines; empty: "the text".
+  std::string source;
+  /// One line on stderr before SentencePiece starts (what it trains on) and one when it ends
+  /// (how long it took): training on a large corpus takes minutes with no output otherwise.
+  bool announce = true;
 };
 
 class Tokenizer {
  public:
   /// The byte tokenizer (vocab_size 256, token = byte value).
   static Tokenizer bytes();
-  /// Reads a SentencePiece model file (".model", a serialized ModelProto).
-  /// @throws std::runtime_error naming the path if it is missing, unreadable or not a
+  /// Reads a SentencePiece model file (".model", a serialized ModelProto), the value of
+  /// data.tokenizer (--tokenizer).
+  /// @throws std::runtime_error naming the key and the path if it is missing, not a regular
+  ///         file (a FIFO or device is refused without blocking), unreadable or not a
   ///         SentencePiece model.
   static Tokenizer load(const std::string& path);
   /// Parses a serialized SentencePiece ModelProto; `origin` names it in errors.
   /// @throws std::runtime_error naming origin if the bytes are not a SentencePiece model.
   static Tokenizer from_serialized(const std::string& proto, const std::string& origin);
   /// Trains a SentencePiece model on `text` (one training sentence per non-empty line).
-  /// @throws std::invalid_argument naming the option that is out of range;
-  ///         std::runtime_error with SentencePiece's message if training fails (e.g. the text
-  ///         is too small for the vocabulary size).
+  /// Options are checked first: vocab_size in [260, 2^24] (256 byte pieces, <unk>, <s>, </s>
+  /// and at least one character), max_sentences >= 0, max_sentence_length >= 1, seed in
+  /// [0, 2^32), threads in [0, 4x the hardware threads].
+  /// @throws std::invalid_argument naming the option and its `seqmix tokenizer train` flag;
+  ///         std::runtime_error "tokenizer training failed: ..." when SentencePiece fails, its
+  ///         message re-worded where it is known (a vocabulary too large or too small for
+  ///         the text says the bound, out of memory says so) and quoted after it.
   static Tokenizer train(const std::string& text, const TokenizerOptions& options);
 
   bool is_bytes() const { return sp_ == nullptr; }

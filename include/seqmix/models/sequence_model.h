@@ -68,10 +68,18 @@ struct ModelConfig {
   /// an MLP (Linear 4D -> D, ReLU, Linear D -> n_classes), as LRA's dual classifier head.
   bool cls_pair = false;
 
-  /// @throws std::invalid_argument naming the first inconsistent field.
+  /// Checks every field: sizes >= 1 (d_model >= 2), dropout in [0, 1), the CES ring and bounds
+  /// finite and in range, known mixer, norm, activation and implementation names.
+  /// @throws std::invalid_argument "model.<key>: <what was expected>, got <value>" for the first
+  ///         invalid field.
   void validate() const;
-  /// Exact number of trainable parameters, computed without building the model.
+  /// Exact number of trainable parameters, computed without building the model (and without
+  /// iterating over the layers, so a huge n_layers costs nothing).
+  /// @throws std::overflow_error if the count does not fit in int64 (possible only for a
+  ///         configuration far beyond any memory; RunConfig::check_resources rejects those).
   int64_t num_parameters() const;
+  /// num_parameters() as a double, for any sizes: never overflows or throws (exact below 2^53).
+  double num_parameters_approx() const;
 };
 
 /// A stack of blocks with embeddings and an LM head.

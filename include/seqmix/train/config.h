@@ -16,7 +16,14 @@ namespace seqmix::train {
 
 struct DataConfig {
   std::string source = "sotu";       ///< corpus name or path (data/byte_corpus.h)
-  std::string dir = "data";          ///< folder filled by scripts/setup.sh
+  /// The folder scripts/setup.sh fills, where named corpora and task data are looked for.
+  /// Empty (the default) means the default lookup, done when the data is loaded
+  /// (data::resolve_data_dir): $SEQMIX_DATA_DIR if set, else the `data` folder of the source
+  /// tree this build came from. So a stored configuration names no machine's path unless one
+  /// was given, and works from any working directory. A given path is used as is (relative to
+  /// the working directory); the old default "data" falls back to the default lookup when no
+  /// ./data folder exists.
+  std::string dir;
   std::string eval_split = "valid";  ///< "valid" or "test" (enwik8/text8 only)
   /// "bytes" (vocab_size 256) or the path of a SentencePiece model (data/tokenizer.h), whose
   /// piece count must equal model.vocab_size. Training stores the model in the checkpoint.
@@ -71,17 +78,45 @@ struct RunConfig {
   /// Parses a configuration written by to_toml (every key present).
   /// @throws std::runtime_error naming `origin` and the bad key.
   static RunConfig from_toml(const std::string& text, const std::string& origin);
-  /// @throws std::invalid_argument naming the first invalid key.
+  /// Checks every key of every section, independently of the machine: sizes and counts in
+  /// range, floating-point values finite (NaN and infinities are rejected) and in range, names
+  /// known, model and data consistent.
+  /// @throws std::invalid_argument "<section.key> (<flag>): must be <what>, got <value>" for the
+  ///         first invalid key (the flag only where one exists, see describe_key).
   void validate() const;
+
+  /// A lower bound on the memory one training step needs, bytes (computed in double, so any
+  /// sizes give a finite answer instead of overflowing).
+  struct MemoryEstimate {
+    double parameters = 0;  ///< model.num_parameters_approx() x 4 bytes x 4: fp32 weights,
+                            ///< gradients and AdamW's two moments
+    double activations = 0;  ///< tensors one forward + backward keeps (see the .cpp)
+    double total() const { return parameters + activations; }
+  };
+  MemoryEstimate estimate_training_memory() const;
+
+  /// Checks the request against this machine, before anything is allocated:
+  ///   - train.threads at most 4x the hardware threads (std::thread::hardware_concurrency);
+  ///   - estimate_training_memory().total() at most the physical memory.
+  /// resolve_config calls it (train, compare, resume); eval and generate load a stored
+  /// configuration and do not train, so they do not.
+  /// @throws std::invalid_argument naming the keys (and flags), the request and the machine's
+  ///         figure.
+  void check_resources() const;
   /// Keys whose values differ, as "section.key: this vs other" (empty if equal).
   std::vector<std::string> diff(const RunConfig& other) const;
 };
 
-/// Resolves a run configuration (see file comment).
+/// "section.key" followed by its command-line flag where one exists, e.g. "train.lr (--lr)",
+/// "model.d_ff" (no flag): how error messages name a key.
+std::string describe_key(const std::string& key);
+
+/// Resolves a run configuration (see file comment), then validate() and check_resources().
 /// @param config_path  TOML file or empty.
 /// @param overrides    "section.key=value" strings; the value is parsed as TOML (so strings
 ///                     may be given bare), e.g. "train.lr=1e-3", "model.mixers=['aib']".
-/// @throws std::runtime_error naming the file, key or override that is wrong.
+/// @throws std::runtime_error naming the file, key or override that is wrong, or the keys of a
+///         request this machine cannot meet.
 /// @param base         when given (resuming a run), the starting point instead of a preset.
 RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
                          const RunConfig* base = nullptr);

@@ -8,6 +8,10 @@
 
 namespace seqmix::util {
 
+/// The machine's physical memory, bytes (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE); 0 if the
+/// system does not say.
+int64_t physical_memory_bytes();
+
 /// Installs the counting allocator as LibTorch's CPU allocator (idempotent), in front of the
 /// one in place (the large-block pool, if set_heap_policy() ran first). Tensors that already
 /// exist keep their own deleters and are not counted.
