@@ -322,6 +322,7 @@ PlotResult plot_runs(const PlotOptions& o) {
   const std::vector<std::string> colors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                            "#9467bd", "#8c564b", "#e377c2", "#17becf"};
   std::vector<std::string> plots;
+  int64_t max_step = 1;
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& run = runs[i];
     if (!run.metrics.count(metric)) {
@@ -372,7 +373,10 @@ PlotResult plot_runs(const PlotOptions& o) {
               : run.name + ": " + c.split + (c.split == "train_eval" ? "" : " (held out)") +
                     (c.split == held_out ? final_note : "");
       std::string data = column_header(title) + "\n";
-      for (const auto& [step, v] : c.points) data += fmt::format("{} {:.9g}\n", step, v);
+      for (const auto& [step, v] : c.points) {
+        data += fmt::format("{} {:.9g}\n", step, v);
+        max_step = std::max(max_step, step);
+      }
       job.files.emplace_back(file, data);
       static const int kPointTypes[] = {7, 5, 9, 11, 13};
       if (c.split == "train")
@@ -396,10 +400,11 @@ PlotResult plot_runs(const PlotOptions& o) {
   std::ostringstream gp;
   gp << "# seqmix plot: " << metric << " against the step; data in r*_*.dat\n"
      << gnuplot_terminal(output, 1280, 760) << "set output '" << output << "'\n"
-     << "set title 'seqmix: " << metric
-     << " by step (thin line: training; points: evaluations)'\n"
+     << "set title 'seqmix: " << metric << " by step"
+     << (metric == "lr" ? "" : " (thin line: training; points: evaluations)") << "'\n"
      << "set xlabel 'step'\nset ylabel '" << ylabel.at(metric) << "'\n"
-     << "set grid\nset key outside below vertical maxrows 8\nset offsets 0, graph 0.02, 0, 0\n"
+     << "set grid\nset key outside below vertical maxrows 8 height 1\n"
+     << "set xrange [0:" << max_step + std::max<int64_t>(1, max_step / 50) << "]\n"
      << (metric == "lr" ? "set format y '%.1e'\n" : "") << "plot \\\n";
   for (size_t k = 0; k < plots.size(); ++k)
     gp << "  " << plots[k] << (k + 1 < plots.size() ? ", \\\n" : "\n");
