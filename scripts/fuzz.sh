@@ -56,6 +56,17 @@ if [ ! -f "$seeds/.complete" ]; then
   touch "$seeds/.complete"
 fi
 
+# fuzz_checkpoint also mutates *inside* this valid checkpoint: its inputs that do not start
+# with "PK" are mutation programs (see fuzz/fuzz_checkpoint.cpp), a few of which seed it:
+# truncate a tensor record, empty one, set an integer of data.pkl, delete an opcode of it.
+if [ ! -f "$seeds/checkpoint_seed.pt" ]; then
+  cp "$seeds/fuzz_checkpoint/tiny.pt" "$seeds/checkpoint_seed.pt"
+  printf '\x00\x80\x01\x00\x10\x00\x00\x00' >"$seeds/fuzz_checkpoint/prog_truncate_record"
+  printf '\x01\x80\x02\x00' >"$seeds/fuzz_checkpoint/prog_empty_record"
+  printf '\x05\x01\x20\x00\x1b' >"$seeds/fuzz_checkpoint/prog_pickle_int"
+  printf '\x07\x01\x40\x00' >"$seeds/fuzz_checkpoint/prog_delete_opcode"
+fi
+export SEQMIX_FUZZ_CHECKPOINT_SEED=$PWD/$seeds/checkpoint_seed.pt
 # Leaks inside LibTorch itself are not ours to fix (fuzz/lsan.supp says which).
 export LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp
 # The model fuzz_bpe_corpus encodes with.
