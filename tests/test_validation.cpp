@@ -169,6 +169,19 @@ TEST(Resources, ImpossibleRequestsFailUpFrontNamingTheKey) {
   e = resolve_error({"model.d_model=4000000000", "model.n_layers=4000000000",
                      "model.n_heads=1"});
   EXPECT_TRUE(contains(e, "physical memory")) << e;
+  for (const char* key : {"model.max_len", "model.n_layers", "model.d_model", "model.d_ff",
+                          "train.batch_size"}) {
+    e = resolve_error({std::string(key) + "=9223372036854775807", "model.n_heads=1"});
+    EXPECT_TRUE(contains(e, "physical memory")) << key << ": " << e;
+  }
+  // Evaluating needs the weights only: a large batch is no concern there.
+  train::RunConfig big;
+  big.train.batch_size = 1000000000;
+  EXPECT_NO_THROW(big.check_resources(false));
+  EXPECT_THROW(big.check_resources(true), std::invalid_argument);
+  big.model.n_layers = 1000000000;
+  e = error_of([&] { big.check_resources(false); });
+  EXPECT_TRUE(contains(e, "model.n_layers 1000000000")) << e;
   // The defaults and a machine-sized thread count pass.
   EXPECT_EQ(resolve_error({"train.threads=" + std::to_string(std::thread::hardware_concurrency())}),
             "no error");

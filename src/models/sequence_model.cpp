@@ -1,5 +1,6 @@
 #include "seqmix/models/sequence_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -78,6 +79,10 @@ long double count_parameters(const ModelConfig& c) {
   const R D = static_cast<R>(c.d_model), F = static_cast<R>(c.d_ff);
   const R V = static_cast<R>(c.vocab_size), L = static_cast<R>(c.max_len);
   R n = V * D + L * D;  // embeddings
+  // ops::aib_num_levels(max_len), bounded so that any max_len (up to 2^63 - 1) terminates.
+  int64_t levels = 0;
+  while (levels < 63 && (int64_t{1} << levels) < c.max_len) ++levels;
+  levels = std::max<int64_t>(levels, 1);
   const int64_t M = static_cast<int64_t>(c.mixers.size());
   for (int64_t j = 0; j < M; ++j) {
     // Layers i in [0, n_layers) with i % M == j.
@@ -87,7 +92,7 @@ long double count_parameters(const ModelConfig& c) {
     R per = 0;
     if (m == "aib")
       per += 3 * D * D + D + (c.aib_bias ? 2 * D : 0) +
-             (c.aib_weights == "ones" ? 0 : static_cast<R>(ops::aib_num_levels(c.max_len)) * D);
+             (c.aib_weights == "ones" ? 0 : static_cast<R>(levels) * D);
     else if (m == "extractor")
       per += L * D * D + (c.extractor_adjust ? D * D : 0) + (c.extractor_out_proj ? D * D : 0);
     else if (m != "etsmlp")

@@ -508,15 +508,27 @@ RunConfig::MemoryEstimate RunConfig::estimate_training_memory() const {
   return e;
 }
 
-void RunConfig::check_resources() const {
+void RunConfig::check_resources(bool training) const {
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
   if (train.threads > 4 * hw)
     fail("train.threads",
          "must be at most " + std::to_string(4 * hw) + " (4x this machine's " +
              std::to_string(hw) + " hardware threads; 0: all of them), got " +
              std::to_string(train.threads));
-  const MemoryEstimate e = estimate_training_memory();
   const double physical = static_cast<double>(util::physical_memory_bytes());
+  if (!training) {
+    const double weights = model.num_parameters_approx() * 4;
+    if (physical > 0 && !(weights <= physical))
+      throw std::invalid_argument(
+          "the model's " + number(model.num_parameters_approx()) + " parameters (model.n_layers " +
+          std::to_string(model.n_layers) + ", model.d_model " + std::to_string(model.d_model) +
+          ", model.d_ff " + std::to_string(model.d_ff) + ", model.vocab_size " +
+          std::to_string(model.vocab_size) + ", " + describe_key("model.max_len") + " " +
+          std::to_string(model.max_len) + ") need " + human_bytes(weights) +
+          ", more than this machine's " + human_bytes(physical) + " of physical memory");
+    return;
+  }
+  const MemoryEstimate e = estimate_training_memory();
   if (physical > 0 && !(e.total() <= physical)) {
     const auto& m = model;
     std::ostringstream ss;

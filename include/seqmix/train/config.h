@@ -97,12 +97,15 @@ struct RunConfig {
 
   /// Checks the request against this machine, before anything is allocated:
   ///   - train.threads at most 4x the hardware threads (std::thread::hardware_concurrency);
-  ///   - estimate_training_memory().total() at most the physical memory.
-  /// resolve_config calls it (train, compare, resume); eval and generate load a stored
-  /// configuration and do not train, so they do not.
+  ///   - training: estimate_training_memory().total() at most the physical memory;
+  ///     otherwise (evaluating or generating from a stored configuration) the fp32 weights,
+  ///     model.num_parameters_approx() x 4 bytes.
+  /// resolve_config calls it for training (train, compare, resume); a command that loads a
+  /// stored configuration to evaluate or generate can call check_resources(false) before
+  /// building the model.
   /// @throws std::invalid_argument naming the keys (and flags), the request and the machine's
   ///         figure.
-  void check_resources() const;
+  void check_resources(bool training = true) const;
   /// Keys whose values differ, as "section.key: this vs other" (empty if equal).
   std::vector<std::string> diff(const RunConfig& other) const;
 };
