@@ -203,7 +203,7 @@ TEST(BpeRun, LearnsStoresItsTokenizerAndGenerates) {
   EXPECT_NEAR(r.eval_perplexity, std::exp(r.eval_loss), 1e-9 * r.eval_perplexity);
   const auto lines = train::read_metrics(o.out_dir + "/metrics.jsonl");
   const auto& last = lines.back();
-  EXPECT_EQ(last.at("split"), "eval");
+  EXPECT_EQ(last.at("split"), "valid");
   EXPECT_TRUE(last.contains("perplexity"));
   EXPECT_GT(last.at("bytes").get<int64_t>(), 2 * last.at("tokens").get<int64_t>());
   EXPECT_TRUE(lines.front().contains("perplexity"));
@@ -273,29 +273,6 @@ TEST(BpeRun, VocabularyMismatchAndChangedTokenizerAreErrors) {
     EXPECT_NE(std::string(e.what()).find("has changed since checkpoint"), std::string::npos)
         << e.what();
   }
-}
-
-TEST(Compare, Quartiles) {
-  const auto q = train::quartiles({4, 1, 3, 2, 5});
-  EXPECT_DOUBLE_EQ(q[0], 2);
-  EXPECT_DOUBLE_EQ(q[1], 3);
-  EXPECT_DOUBLE_EQ(q[2], 4);
-  const auto r = train::quartiles({1, 2, 3, 4});
-  EXPECT_DOUBLE_EQ(r[0], 1.75);
-  EXPECT_DOUBLE_EQ(r[1], 2.5);
-  EXPECT_DOUBLE_EQ(r[2], 3.25);
-  EXPECT_THROW(train::quartiles({}), std::invalid_argument);
-}
-
-TEST(Compare, ParsesModelSpecs) {
-  const auto m = train::parse_compare_model("no-adj=extractor-transformer  model.extractor_adjust=false");
-  EXPECT_EQ(m.name, "no-adj");
-  EXPECT_EQ(m.overrides,
-            (std::vector<std::string>{"model.preset=extractor-transformer",
-                                      "model.extractor_adjust=false"}));
-  EXPECT_THROW(train::parse_compare_model("extractor-transformer"), std::invalid_argument);
-  EXPECT_THROW(train::parse_compare_model("a/b=transformer"), std::invalid_argument);
-  EXPECT_THROW(train::parse_compare_model("a=transformer lr=3"), std::invalid_argument);
 }
 
 TEST(Compare, SameBatchesPerBatchCostPlotAndReuse) {

@@ -75,7 +75,7 @@ TEST(Train, HeldOutLossFallsForWeirdNetAndTransformer) {
     // The metrics file has one line per step plus the final evaluation.
     const auto lines = train::read_metrics(o.out_dir + "/metrics.jsonl");
     ASSERT_EQ(lines.size(), 61u);
-    EXPECT_EQ(lines.back()["split"], "eval");
+    EXPECT_EQ(lines.back()["split"], "valid");
     EXPECT_NEAR(lines.back()["bpc"].get<double>(), r.eval_bpc, 1e-12);
   }
 }

@@ -24,6 +24,7 @@
 #include "seqmix/train/compare.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
+#include "seqmix/train/plot.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
@@ -286,7 +287,19 @@ int main(int argc, char** argv) {
                   "a model: \"NAME=PRESET [section.key=value ...]\" (repeatable; the options "
                   "above apply to every model first)")
       ->required();
-  cmp->add_option("--bucket", cmp_opts.bucket, "batches per median/quartile bucket (default 100)");
+  cmp->add_option("--bucket", cmp_opts.bucket,
+                  "batches per median/quartile bucket (default: max(1, max_steps / 20))");
+
+  seqmix::train::PlotOptions plot_opts;
+  auto* plot = app.add_subcommand(
+      "plot", "draw training and held-out curves of runs against the step (gnuplot)");
+  plot->add_option("runs", plot_opts.runs, "run folders (each with metrics.jsonl)")->required();
+  plot->add_option("--metric", plot_opts.metric,
+                   "bpc, loss, accuracy or lr (default: bpc for byte-level language models, "
+                   "else loss)");
+  plot->add_option("--out", plot_opts.out,
+                   "the picture, FILE.png or FILE.svg (default with one run: "
+                   "RUN/plot_<metric>.png; required with several runs)");
 
   seqmix::bench::OpsBenchOptions bench_opts;
   bool bench_json = false;
@@ -399,6 +412,18 @@ int main(int argc, char** argv) {
       cmp_opts.shared_overrides = cmp_flags.overrides();
       for (const auto& spec : cmp_models)
         cmp_opts.models.push_back(seqmix::train::parse_compare_model(spec));
+      seqmix::train::resolve_compare(cmp_opts);  // every check, before anything is created
+      // The comparison's folder is locked as a run folder is: a second compare (or a train)
+      // into it fails at once instead of tearing its summary and plots.
+      const bool cmp_created = !std::filesystem::exists(cmp_opts.out_dir);
+      std::filesystem::create_directories(cmp_opts.out_dir);
+      std::optional<seqmix::util::FolderLock> cmp_lock;
+      try {
+        cmp_lock.emplace(cmp_opts.out_dir, "compare folder");
+      } catch (...) {
+        if (cmp_created) std::filesystem::remove(cmp_opts.out_dir);
+        throw;
+      }
       const auto r = seqmix::train::compare(cmp_opts);
       for (const auto& row : r.rows)
         fmt::print("{}\n", nlohmann::json{{"name", row.name},
@@ -413,6 +438,12 @@ int main(int argc, char** argv) {
                                           {"seconds", row.seconds}}
                                .dump());
       if (!r.plot.empty()) fmt::print(stderr, "compare: plot written to '{}'\n", r.plot);
+      return 0;
+    }
+
+    if (plot->parsed()) {
+      const auto r = seqmix::train::plot_runs(plot_opts);
+      fmt::print("{}\n", nlohmann::json{{"metric", r.metric}, {"out", r.path}}.dump());
       return 0;
     }
 
@@ -452,8 +483,12 @@ int main(int argc, char** argv) {
     if (train->parsed()) {
       const RunConfig* base_ptr = nullptr;
       std::shared_ptr<seqmix::train::CheckpointFile> checkpoint;  // read once, here
+      std::shared_ptr<seqmix::util::FolderLock> lock;  // taken before the checkpoint is read
       if (resume) {
         if (out.empty()) throw std::runtime_error("--resume needs --out <run folder>");
+        seqmix::util::check_path_text(out, "--out");
+        if (std::filesystem::is_directory(out))
+          lock = std::make_shared<seqmix::util::FolderLock>(out, "run folder");
         checkpoint = std::make_shared<seqmix::train::CheckpointFile>(
             seqmix::train::find_checkpoint(out));
         base_ptr = &checkpoint->config();
@@ -470,6 +505,7 @@ int main(int argc, char** argv) {
       opts.out_dir = out;
       opts.resume = resume;
       opts.overwrite = overwrite;
+      opts.lock = std::move(lock);
       opts.checkpoint = std::move(checkpoint);
       const auto r = seqmix::train::train(config, opts);
       if (!config.data.task.empty()) {

@@ -224,6 +224,9 @@ CompareResult compare(const CompareOptions& o) {
       TrainOptions opts;
       opts.out_dir = dir.string();
       opts.resume = fs::is_regular_file(dir / "checkpoint.pt");
+      // A run stopped before its first checkpoint left only its configuration and metrics:
+      // nothing to continue or lose, so it starts again.
+      opts.overwrite = !opts.resume;
       opts.report_interval = o.report_interval;
       const TrainResult r = train(config, opts);
       row.eval_loss = r.eval_loss;

@@ -59,6 +59,25 @@ int64_t configure_threads(int64_t threads, int64_t blas_threads) {
   return n;
 }
 
+std::string LossSpikeWatch::check(int64_t step, double loss) {
+  std::string warning;
+  if (!warned_ && recent_.size() >= kMinSteps) {
+    std::vector<double> v(recent_.begin(), recent_.end());
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    const double median = v[v.size() / 2];
+    if (median > 0 && loss > 5 * median) {
+      warned_ = true;
+      warning = fmt::format(
+          "step {}: the training loss {:.4g} is {:.1f}x the median of the last {} steps "
+          "({:.4g}); training may be diverging (lower train.lr or raise train.warmup_steps)",
+          step, loss, loss / median, recent_.size(), median);
+    }
+  }
+  recent_.push_back(loss);
+  if (recent_.size() > kWindow) recent_.pop_front();
+  return warning;
+}
+
 namespace {
 
 // Decay only weight matrices of Linear/Embedding layers; biases, norms, positional
@@ -287,35 +306,6 @@ TrainResult finished_result(const fs::path& metrics_path, int64_t steps, double 
   return r;
 }
 
-// Warns once when a step's loss exceeds 5x the median of the recent ones: a spike that often
-// precedes divergence, worth seeing before it becomes a NaN.
-class LossSpikeWatch {
- public:
-  std::string check(int64_t step, double loss) {
-    std::string warning;
-    if (!warned_ && recent_.size() >= kMinSteps) {
-      std::vector<double> v(recent_.begin(), recent_.end());
-      std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-      const double median = v[v.size() / 2];
-      if (median > 0 && loss > 5 * median) {
-        warned_ = true;
-        warning = fmt::format(
-            "step {}: the training loss {:.4g} is {:.1f}x the median of the last {} steps "
-            "({:.4g}); training may be diverging (lower train.lr or raise train.warmup_steps)",
-            step, loss, loss / median, recent_.size(), median);
-      }
-    }
-    recent_.push_back(loss);
-    if (recent_.size() > kWindow) recent_.pop_front();
-    return warning;
-  }
-
- private:
-  static constexpr size_t kWindow = 100, kMinSteps = 20;
-  std::deque<double> recent_;
-  bool warned_ = false;
-};
-
 // The first parameter (in registration order) holding a NaN or an infinity, or "".
 std::string nonfinite_parameter(models::SequenceModel& model) {
   for (const auto& p : model->named_parameters())
@@ -375,8 +365,6 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
           "learning-rate schedule: the horizon stays at {} steps, so the rate stays at "
           "{:.3g} after it (set train.decay_steps={} to stretch the schedule instead)",
           horizon, config.train.lr * config.train.min_lr_ratio, config.train.max_steps));
-  } else if (config.train.decay_steps == 0) {
-    config.train.decay_steps = config.train.max_steps;  // stored: a resume keeps it
   }
 
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
@@ -663,12 +651,14 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out))
     throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
-  std::unique_ptr<util::FolderLock> lock;
-  try {
-    lock = std::make_unique<util::FolderLock>(out.string(), "run folder");
-  } catch (...) {
-    if (created_dir) fs::remove(out, ec);
-    throw;
+  std::shared_ptr<util::FolderLock> lock = options.lock;
+  if (!lock) {
+    try {
+      lock = std::make_shared<util::FolderLock>(out.string(), "run folder");
+    } catch (...) {
+      if (created_dir) fs::remove(out, ec);
+      throw;
+    }
   }
   const auto existing = util::run_files_in(out.string());
   const bool overwrite = options.overwrite && !existing.empty();

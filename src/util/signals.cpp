@@ -8,17 +8,26 @@ namespace seqmix::util {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
 
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
+  // Whichever of the two comes next ends the process (sigaction is async-signal-safe).
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGINT, &dfl, nullptr);
+  sigaction(SIGTERM, &dfl, nullptr);
+}
 
 void install(int sig) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  // SA_RESETHAND: the handler runs once; the next signal takes the default action (the
-  // process ends at once, as a user pressing Ctrl-C twice expects). SA_RESTART keeps reads
-  // and writes in progress going, so the step being computed finishes normally.
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  // The handler runs once and restores the default actions: the next SIGINT or SIGTERM ends
+  // the process at once, as a user pressing Ctrl-C twice expects. SA_RESTART keeps reads and
+  // writes in progress going, so the step being computed finishes normally.
+  sa.sa_flags = SA_RESTART;
   sigaction(sig, &sa, nullptr);
 }
 }  // namespace

@@ -8,6 +8,7 @@
 /// Run folder layout: config.toml (resolved configuration), metrics.jsonl, checkpoint.pt, and
 /// tokenizer.model for SentencePiece runs.
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -15,6 +16,10 @@
 
 #include "seqmix/models/sequence_model.h"
 #include "seqmix/train/config.h"
+
+namespace seqmix::util {
+class FolderLock;  // seqmix/util/run_folder.h
+}
 
 namespace seqmix::train {
 
@@ -29,6 +34,9 @@ struct TrainOptions {
   /// Replace the run in out_dir. The old run's files stay as they were until the new run
   /// writes its first checkpoint; a new run that fails before that leaves them untouched.
   bool overwrite = false;
+  /// The run folder's lock, when the caller took it (util::FolderLock on out_dir) before
+  /// reading its checkpoint; train() takes it itself when null.
+  std::shared_ptr<util::FolderLock> lock;
   /// With `resume`: out_dir/checkpoint.pt already opened by the caller (who read its
   /// configuration), so the file is read and verified once; opened here when null. Closed
   /// once its state is loaded.
@@ -71,6 +79,20 @@ struct Interrupted : std::runtime_error {
   int signal;              ///< SIGINT or SIGTERM
   int64_t step;            ///< optimizer steps done in total
   std::string checkpoint;  ///< the checkpoint written for `step` (empty if none was)
+};
+
+/// Watches the training loss for a spike: check() returns a warning (once per run) when a
+/// step's loss exceeds 5x the median of the last (up to) 100 steps, given at least 20 of
+/// them; a spike often precedes divergence, and is worth seeing before it becomes a NaN.
+class LossSpikeWatch {
+ public:
+  /// `loss` of optimizer step `step` (1-based), nats. Returns the warning, or "".
+  std::string check(int64_t step, double loss);
+
+ private:
+  static constexpr size_t kWindow = 100, kMinSteps = 20;
+  std::deque<double> recent_;
+  bool warned_ = false;
 };
 
 /// Checks a thread count a user asked for: 0 (all hardware threads) up to
