@@ -311,7 +311,7 @@ TEST(TokenizerTrain, OptionsAndSentencePieceMessagesNameTheFlag) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog\n";
   auto e = error_of([&] { o.vocab_size = 100000000; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--vocab-size must be in [260, 16777216]")) << e;
+  EXPECT_TRUE(contains(e, "vocab_size (--vocab-size) must be in [260, 16777216]")) << e;
   EXPECT_TRUE(contains(e, "got 100000000")) << e;
   // Too large for this text: SentencePiece's bound, re-worded.
   e = error_of([&] { o.vocab_size = 5000; data::Tokenizer::train(text, o); });

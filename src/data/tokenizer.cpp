@@ -177,29 +177,29 @@ std::string seconds(double s) {
 }  // namespace
 
 Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
+  auto bad = [](const std::string& option, const std::string& what) {
+    throw std::invalid_argument("tokenizer: " + option + " must be " + what);
+  };
   if (o.model_type != "bpe" && o.model_type != "unigram")
-    throw std::invalid_argument("tokenizer: --model-type must be bpe or unigram, got '" +
-                                o.model_type + "'");
+    bad("model_type (--model-type)", "bpe or unigram, got '" + o.model_type + "'");
   // 256 byte pieces plus <unk>, <s>, </s> are always in the vocabulary, and one piece per
   // distinct character of the text (character_coverage 1.0).
   if (o.vocab_size < 260 || o.vocab_size > (int64_t{1} << 24))
-    throw std::invalid_argument(
-        "tokenizer: --vocab-size must be in [260, 16777216] (256 byte pieces, 3 special pieces "
-        "and the text's characters are always included), got " + std::to_string(o.vocab_size));
+    bad("vocab_size (--vocab-size)",
+        "in [260, 16777216] (256 byte pieces, 3 special pieces and the text's characters are "
+        "always included), got " + std::to_string(o.vocab_size));
   if (o.max_sentences < 0)
-    throw std::invalid_argument("tokenizer: --max-sentences must be >= 0 (0: all lines), got " +
-                                std::to_string(o.max_sentences));
+    bad("max_sentences (--max-sentences)",
+        ">= 0 (0: all lines), got " + std::to_string(o.max_sentences));
   if (o.max_sentence_length < 1 || o.max_sentence_length > (int64_t{1} << 30))
-    throw std::invalid_argument("tokenizer: max_sentence_length must be in [1, 2^30] bytes, got " +
-                                std::to_string(o.max_sentence_length));
+    bad("max_sentence_length", "in [1, 2^30] bytes, got " + std::to_string(o.max_sentence_length));
   if (o.seed < 0 || o.seed > int64_t{0xffffffff})
-    throw std::invalid_argument("tokenizer: --seed must be in [0, 4294967295], got " +
-                                std::to_string(o.seed));
+    bad("seed (--seed)", "in [0, 4294967295], got " + std::to_string(o.seed));
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
   if (o.threads < 0 || o.threads > 4 * hw)
-    throw std::invalid_argument("tokenizer: --threads must be in [0, " + std::to_string(4 * hw) +
-                                "] (0: all; 4x this machine's " + std::to_string(hw) +
-                                " hardware threads at most), got " + std::to_string(o.threads));
+    bad("threads (--threads)", "in [0, " + std::to_string(4 * hw) + "] (0: all; 4x this "
+        "machine's " + std::to_string(hw) + " hardware threads at most), got " +
+        std::to_string(o.threads));
   const int64_t threads = o.threads > 0 ? o.threads : hw;
   // Why these settings: see the file comment of tokenizer.h (exact invertibility).
   const std::vector<std::pair<std::string, std::string>> args = {
