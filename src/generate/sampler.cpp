@@ -1,10 +1,37 @@
 #include "seqmix/generate/sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 
+#include <chrono>
 #include <stdexcept>
 
+#include "seqmix/util/blas.h"
+
 namespace seqmix::generate {
+
+int64_t generate_threads(int64_t requested) {
+  return requested > 0 ? requested : kDefaultGenerateThreads;
+}
+
+std::string describe(const GenerationStats& s) {
+  std::string threads = fmt::format("{} thread{}", s.threads, s.threads == 1 ? "" : "s");
+  if (s.threads > 1 && !util::omp_wait_description().empty())
+    threads += ", " + util::omp_wait_description();
+  // "1 byte", "2 bytes" (the unit is a plural).
+  auto count = [&](int64_t n) {
+    return fmt::format("{} {}", n,
+                       n == 1 && !s.unit.empty() && s.unit.back() == 's'
+                           ? s.unit.substr(0, s.unit.size() - 1)
+                           : s.unit);
+  };
+  std::string line = fmt::format("{} in {:.2f} s ({:.0f} {}/s, {})", count(s.new_tokens),
+                                 s.seconds, s.tokens_per_second(), s.unit, threads);
+  line.insert(line.find(' ') + 1, "new ");
+  if (s.prompt_tokens > 0)
+    line += fmt::format("; prompt of {} in {:.2f} s", count(s.prompt_tokens), s.prompt_seconds);
+  return line;
+}
 
 void validate(const SamplingOptions& o) {
   if (!(o.temperature >= 0))
@@ -52,7 +79,8 @@ void check_language_model(models::SequenceModel& model) {
 
 data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
                                int64_t max_new_tokens, const SamplingOptions& options,
-                               uint64_t seed, const std::function<void(int32_t)>& on_token) {
+                               uint64_t seed, const std::function<void(int32_t)>& on_token,
+                               GenerationStats* stats) {
   validate(options);
   check_language_model(model);
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no tokens");
@@ -76,7 +104,10 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   // Prime with the tail of the context that fits.
   if (static_cast<int64_t>(context.size()) > max_len)
     context.erase(context.begin(), context.end() - max_len);
+  using Clock = std::chrono::steady_clock;
+  const auto t_prompt = Clock::now();
   feed(context.begin(), context.end());
+  const auto t_new = Clock::now();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const auto id = static_cast<int32_t>(sample_next(logits, options, gen).item<int64_t>());
     out.push_back(id);
@@ -91,13 +122,22 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
       feed(context.end() - 1, context.end());
     }
   }
+  if (stats) {
+    stats->prompt_tokens = static_cast<int64_t>(std::min<size_t>(prompt.size(),
+                                                                 static_cast<size_t>(max_len)));
+    stats->prompt_seconds = std::chrono::duration<double>(t_new - t_prompt).count();
+    stats->new_tokens = static_cast<int64_t>(out.size());
+    stats->seconds = std::chrono::duration<double>(Clock::now() - t_new).count();
+    stats->threads = at::get_num_threads();
+  }
   return out;
 }
 
 std::string generate_text(models::SequenceModel& model, const data::Tokenizer& tokenizer,
                           const std::string& prompt, int64_t max_new_tokens,
                           const SamplingOptions& options, uint64_t seed,
-                          const std::function<void(const std::string&)>& on_text) {
+                          const std::function<void(const std::string&)>& on_text,
+                          GenerationStats* stats) {
   check_language_model(model);  // before the vocabulary: a task's differs, and says less
   if (model->config().vocab_size != tokenizer.vocab_size())
     throw std::invalid_argument("generate: the model has vocab_size " +
@@ -122,7 +162,8 @@ std::string generate_text(models::SequenceModel& model, const data::Tokenizer& t
   generate_tokens(model, ids, max_new_tokens, options, seed, [&](int32_t id) {
     generated.push_back(id);
     show(++n == max_new_tokens);
-  });
+  }, stats);
+  if (stats) stats->unit = tokenizer.is_bytes() ? "bytes" : "tokens";
   return tokenizer.decode(generated);
 }
 

@@ -4,6 +4,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,6 +13,8 @@ namespace seqmix::util {
 namespace {
 // Set beside OPENBLAS_CORETYPE by the re-exec, so the logs can say who chose the kernels.
 constexpr const char* kChosenEnv = "SEQMIX_OPENBLAS_CORETYPE_CHOSEN";
+// The same for OMP_WAIT_POLICY.
+constexpr const char* kWaitChosenEnv = "SEQMIX_OMP_WAIT_POLICY_CHOSEN";
 }  // namespace
 
 std::string openblas_core() {
@@ -72,6 +75,31 @@ void reexec_with_fitting_openblas_core(char** argv) {
   // and let the logs say so rather than claim the chosen family.
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(kChosenEnv);
+}
+
+std::string omp_wait_policy_override(const char* current, int64_t threads) {
+  if (current != nullptr || threads <= 1) return "";
+  return "passive";
+}
+
+void reexec_with_passive_omp_wait(char** argv, int64_t threads) {
+  const std::string policy = omp_wait_policy_override(std::getenv("OMP_WAIT_POLICY"), threads);
+  if (policy.empty()) return;
+  setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
+  setenv(kWaitChosenEnv, policy.c_str(), 1);
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv);
+  // The exec failed: libgomp keeps the policy it loaded with; say nothing that claims otherwise.
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv(kWaitChosenEnv);
+}
+
+std::string omp_wait_description() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  if (!policy) return "";
+  const char* chosen = std::getenv(kWaitChosenEnv);
+  return std::string("OMP_WAIT_POLICY=") + policy +
+         (chosen && std::strcmp(chosen, policy) == 0 ? " (set by seqmix)" : "");
 }
 
 }  // namespace seqmix::util

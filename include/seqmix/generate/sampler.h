@@ -26,27 +26,67 @@ void validate(const SamplingOptions& options);
 at::Tensor sample_next(const at::Tensor& logits, const SamplingOptions& options,
                        at::Generator& generator);
 
+/// Intra-op threads for generation when the caller does not choose (--threads 0): one.
+/// Generating a token is a few dozen ops on one row ([1, D]); with 2 threads each token runs
+/// ~10 OpenMP parallel regions (oneDNN's bmm and TensorIterator loops), and libgomp's
+/// workers spin-wait between them. Measured with a weird-net `mini` byte model on 2 cores
+/// (the machine already loaded by other builds, load average ~6), hyperfine, 3 runs each,
+/// whole process:
+///   200 / 2,000 new bytes, 1 thread:                        1.4 s / 4.5 s
+///   200 / 2,000 new bytes, 2 threads:                       4.2 s / 55.7 s (47..73 s)
+///   200 / 2,000 new bytes, 2 threads, OMP_WAIT_POLICY=passive: 1.1 s / 5.3 s
+///   with `yes > /dev/null` on top, 1 thread:                2.5 s / 10.1 s
+///   with `yes > /dev/null` on top, 2 threads, passive:      2.4 s / 8.8 s (5.3..12.7 s)
+/// One thread is never slower and uses the least CPU; 2 threads are stable only with the
+/// passive wait policy (util::reexec_with_passive_omp_wait, for a caller that asks for more
+/// than one thread).
+constexpr int64_t kDefaultGenerateThreads = 1;
+
+/// `requested` if > 0, else kDefaultGenerateThreads.
+int64_t generate_threads(int64_t requested);
+
+/// What a generation did and how long it took (wall time, steady clock).
+struct GenerationStats {
+  int64_t prompt_tokens = 0;   ///< tokens fed before the first new one (the prompt's tail
+                               ///< that fits max_len)
+  double prompt_seconds = 0;   ///< feeding them
+  int64_t new_tokens = 0;      ///< tokens generated
+  double seconds = 0;          ///< generating them (sampling, steps, window restarts)
+  std::string unit = "tokens";  ///< "bytes" for a byte-level tokenizer (generate_text)
+  int64_t threads = 0;          ///< LibTorch intra-op threads it ran with
+  /// new_tokens / seconds, 0 if nothing was timed.
+  double tokens_per_second() const { return seconds > 0 ? new_tokens / seconds : 0.0; }
+};
+
+/// One line for stderr: "2000 new bytes in 3.52 s (568 bytes/s, 1 thread); prompt of 4 bytes
+/// in 0.01 s"; with more threads also the OpenMP wait policy ("2 threads, OMP_WAIT_POLICY=
+/// passive (set by seqmix)"; util::omp_wait_description).
+std::string describe(const GenerationStats& stats);
+
 /// Generates `max_new_tokens` tokens after `prompt` with incremental decoding: the prompt is
 /// fed once through every mixer's `step`, then each new token costs one `step`. When the
 /// position reaches max_len the state is rebuilt from the last max_len / 2 tokens (a sliding
-/// window), since learned positions end there. `on_token` (optional) sees each new token.
+/// window), since learned positions end there. `on_token` (optional) sees each new token;
+/// `stats` (optional) receives the counts and times.
 /// @return the generated tokens (without the prompt).
 /// @throws std::invalid_argument for an encoder or a classifier (n_classes > 0), an empty
 ///         prompt, a prompt token outside the vocabulary, or bad options.
 data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
                                int64_t max_new_tokens, const SamplingOptions& options,
-                               uint64_t seed, const std::function<void(int32_t)>& on_token = {});
+                               uint64_t seed, const std::function<void(int32_t)>& on_token = {},
+                               GenerationStats* stats = nullptr);
 
 /// Text in, text out: encodes `prompt` (a newline if empty) with `tokenizer`, generates
 /// `max_new_tokens` tokens and decodes them. `on_text` (optional) receives the text as it
 /// grows, each call the next piece (a UTF-8 character split over byte pieces is passed on
-/// once complete).
+/// once complete). `stats` (optional) as for generate_tokens, in bytes for a byte tokenizer.
 /// @return the generated text (without the prompt).
 /// @throws std::invalid_argument as generate_tokens, or if the model's vocabulary is not the
 ///         tokenizer's.
 std::string generate_text(models::SequenceModel& model, const data::Tokenizer& tokenizer,
                           const std::string& prompt, int64_t max_new_tokens,
                           const SamplingOptions& options, uint64_t seed,
-                          const std::function<void(const std::string&)>& on_text = {});
+                          const std::function<void(const std::string&)>& on_text = {},
+                          GenerationStats* stats = nullptr);
 
 }  // namespace seqmix::generate
