@@ -12,10 +12,11 @@ model=${MODEL:-weird-net}
 size=${SIZE:-mini}
 steps=${STEPS:-600}
 out=${OUT:-runs/demo-$model}
-rm -rf "$out"
+# --overwrite: a demo run already in $out is replaced (kept until the new run's first
+# checkpoint).
 ./build/seqmix train --model "$model" --size "$size" --data sotu --max-steps "$steps" \
   --seed 1337 --set train.eval_interval=100 --set train.eval_max_bytes=65536 \
-  --set train.checkpoint_interval=100 --set train.log_interval=25 --out "$out"
+  --set train.checkpoint_interval=100 --set train.log_interval=25 --out "$out" --overwrite
 echo
 echo "== sample (temperature 0.8, top-p 0.95) =="
 ./build/seqmix generate "$out" --prompt "My fellow Americans, " --max-new-tokens 400 \

@@ -80,8 +80,9 @@ for task in $TASKS; do
       echo "softmax attention over 16384 positions does not fit in memory" | tee "$run/skipped"
       continue
     fi
-    # A cell that was interrupted continues from its last checkpoint.
-    [ -f "$run/checkpoint.pt" ] && cmd+=(--resume)
+    # A cell that was interrupted continues from its last checkpoint; one killed before its
+    # first checkpoint starts again.
+    if [ -f "$run/checkpoint.pt" ]; then cmd+=(--resume); else cmd+=(--overwrite); fi
     echo "lra: ${cmd[*]}"
     mkdir -p "$run"
     if "${cmd[@]}" >"$run/stdout.json" 2>"$run/stderr.log"; then

@@ -213,7 +213,7 @@ TEST(Tasks, ClassifierLearnsFashionMnist) {
   }
   EXPECT_EQ(train_lines, 6);
   EXPECT_EQ(periodic, 1);  // the validation split at step 30
-  EXPECT_EQ(final_splits, (std::set<std::string>{"valid", "test", "train"}));
+  EXPECT_EQ(final_splits, (std::set<std::string>{"valid", "test", "train_eval"}));
 }
 
 TEST(Tasks, StoppedAndResumedClassifierRunIsTheWholeRun) {

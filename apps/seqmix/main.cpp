@@ -36,6 +36,10 @@ namespace {
 
 using seqmix::train::RunConfig;
 
+constexpr const char* kDataDirHelp =
+    "folder filled by scripts/setup.sh (default: $SEQMIX_DATA_DIR, else the source tree's "
+    "data folder)";
+
 // Options shared by the commands that resolve a configuration. Every flag that was given
 // becomes a `section.key=value` override, so the configuration's own checks
 // (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
@@ -60,7 +64,7 @@ struct ConfigFlags {
                     "classification task instead of language modelling: listops, text, "
                     "retrieval, image, pathfinder, pathx (docs/TASKS.md)");
     app->add_option("--data", data, "corpus: sotu, moby-dick, or a text file/folder path");
-    app->add_option("--data-dir", data_dir, "folder filled by scripts/setup.sh (default: data)");
+    app->add_option("--data-dir", data_dir, kDataDirHelp);
     app->add_option("--tokenizer", tokenizer,
                     "bytes (default) or a SentencePiece model from `seqmix tokenizer train`; "
                     "sets model.vocab_size to its size");
@@ -144,6 +148,7 @@ seqmix::models::SequenceModel load_model(const std::string& run, RunConfig& conf
                                          seqmix::data::Tokenizer& tokenizer) {
   seqmix::train::CheckpointFile checkpoint(seqmix::train::find_checkpoint(run));
   config = checkpoint.config();
+  config.check_resources(false);  // a stored configuration too large to hold is refused here
   tokenizer = checkpoint.tokenizer();
   seqmix::models::SequenceModel model(config.model);
   checkpoint.load(model, nullptr);
@@ -194,7 +199,7 @@ int main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint; prints one JSON line");
   eval->add_option("run", eval_run, "run folder or checkpoint file")->required();
   eval->add_option("--data", eval_data, "corpus (default: the one it was trained on)");
-  eval->add_option("--data-dir", eval_data_dir, "folder filled by scripts/setup.sh");
+  eval->add_option("--data-dir", eval_data_dir, kDataDirHelp);
   eval->add_option("--split", eval_split,
                    "valid or test (enwik8/text8; tasks: valid, test or train, default test)");
   eval->add_option("--max-tokens,--max-bytes,--max-examples", eval_max_tokens,
@@ -221,13 +226,13 @@ int main(int argc, char** argv) {
 
   auto* tok = app.add_subcommand("tokenizer", "SentencePiece tokenizers");
   tok->require_subcommand(1);
-  std::string tok_data = "sotu", tok_data_dir = "data", tok_out;
+  std::string tok_data = "sotu", tok_data_dir, tok_out;
   seqmix::data::TokenizerOptions tok_opts;
   auto* tok_train = tok->add_subcommand(
       "train", "train a SentencePiece BPE model on a corpus's training split (never on held-out "
                "text); prints one JSON line");
   tok_train->add_option("--data", tok_data, "corpus: sotu, moby-dick, or a text file/folder path");
-  tok_train->add_option("--data-dir", tok_data_dir, "folder filled by scripts/setup.sh");
+  tok_train->add_option("--data-dir", tok_data_dir, kDataDirHelp);
   tok_train->add_option("--vocab-size", tok_opts.vocab_size, "pieces, byte pieces included");
   tok_train->add_option("--model-type", tok_opts.model_type, "bpe (default) or unigram")
       ->check(CLI::IsMember({"bpe", "unigram"}));
@@ -388,6 +393,7 @@ int main(int argc, char** argv) {
         throw std::runtime_error("tokenizer train: --out '" + tok_out +
                                  "' exists; give --overwrite to replace it, or another path");
       const auto corpus = seqmix::data::ByteCorpus::load(tok_data, tok_data_dir);
+      tok_opts.source = tok_data;
       const auto t = seqmix::data::Tokenizer::train(corpus.train(), tok_opts);
       const std::filesystem::path dir = std::filesystem::path(tok_out).parent_path();
       if (!dir.empty()) std::filesystem::create_directories(dir);
