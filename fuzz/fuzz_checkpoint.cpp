@@ -164,13 +164,15 @@ int64_t interesting(Program& prog, int64_t old) {
   const uint8_t c = prog.u8();
   constexpr size_t n = sizeof(table) / sizeof(table[0]);
   if (c < n) return table[c];
+  // Wrapping arithmetic: the pickle's value may be anything.
+  const uint64_t u = static_cast<uint64_t>(old);
   switch (c % 6) {
-    case 0: return old + 1;
-    case 1: return old - 1;
-    case 2: return old * 2;
+    case 0: return static_cast<int64_t>(u + 1);
+    case 1: return static_cast<int64_t>(u - 1);
+    case 2: return static_cast<int64_t>(u * 2);
     case 3: return old / 2;
-    case 4: return old + static_cast<int8_t>(prog.u8());
-    default: return -old;
+    case 4: return static_cast<int64_t>(u + static_cast<uint64_t>(static_cast<int8_t>(prog.u8())));
+    default: return static_cast<int64_t>(0 - u);
   }
 }
 
