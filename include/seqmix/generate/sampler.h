@@ -29,14 +29,16 @@ at::Tensor sample_next(const at::Tensor& logits, const SamplingOptions& options,
 /// Intra-op threads for generation when the caller does not choose (--threads 0): one.
 /// Generating a token is a few dozen ops on one row ([1, D]); with 2 threads each token runs
 /// ~10 OpenMP parallel regions (oneDNN's bmm and TensorIterator loops), and libgomp's
-/// workers spin-wait between them. Measured with a weird-net `mini` byte model on 2 cores
-/// (the machine already loaded by other builds, load average ~6), hyperfine, 3 runs each,
-/// whole process:
-///   200 / 2,000 new bytes, 1 thread:                        1.4 s / 4.5 s
-///   200 / 2,000 new bytes, 2 threads:                       4.2 s / 55.7 s (47..73 s)
-///   200 / 2,000 new bytes, 2 threads, OMP_WAIT_POLICY=passive: 1.1 s / 5.3 s
-///   with `yes > /dev/null` on top, 1 thread:                2.5 s / 10.1 s
-///   with `yes > /dev/null` on top, 2 threads, passive:      2.4 s / 8.8 s (5.3..12.7 s)
+/// workers spin-wait between them. Measured with `seqmix generate` on the weird-net `mini`
+/// byte model trained on SOTU, 2 cores already loaded by other builds (load average ~3.5),
+/// hyperfine, mean (min..max) of 3 runs (2 for libgomp's default), whole process:
+///                                      200 new bytes      2,000 new bytes
+///   1 thread                           0.56 s             3.7 s (2.1..4.8)
+///   1 thread, `yes` busy on a core     0.56 s             2.9 s (2.1..4.5)
+///   2 threads, passive (re-executed)   2.0 s              5.3 s (4.0..6.1)
+///   2 threads, passive, `yes` busy     2.0 s              5.4 s
+///   2 threads, libgomp's default       11.9 s             32.7 s (31..34)
+///   2 threads, default, `yes` busy     4.9 s              51 s (32..71)
 /// One thread is never slower and uses the least CPU; 2 threads are stable only with the
 /// passive wait policy (util::reexec_with_passive_omp_wait, for a caller that asks for more
 /// than one thread).
