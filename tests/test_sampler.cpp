@@ -120,7 +120,7 @@ TEST(Generate, ThreadDefaultsAndWaitPolicy) {
 // (a user's setting kept), and a line on stderr gives the rate. Needs the `generate` command
 // to call generate_threads, reexec_with_passive_omp_wait and print describe(stats)
 // (apps/seqmix/main.cpp); run it with --gtest_also_run_disabled_tests until it does.
-TEST(Generate, DISABLED_CliThreadsWaitPolicyAndRate) {
+TEST(Generate, CliThreadsWaitPolicyAndRate) {
   const std::string dir = seqmix::testing::temp_dir("generate-rate");
   const std::string corpus = seqmix::testing::tiny_corpus(dir);
   const std::string run = dir + "/run";

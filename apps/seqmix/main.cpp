@@ -220,7 +220,9 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)");
   gen->add_option("--top-p", top_p, "nucleus sampling threshold in (0, 1]");
   gen->add_option("--seed", gen_seed, "sampling seed");
-  gen->add_option("--threads", gen_threads, "intra-op threads (0 = all)");
+  gen->add_option("--threads", gen_threads,
+                  "intra-op threads (0 = 1: a token's work is too small to share; more than 1 "
+                  "run with OMP_WAIT_POLICY=passive unless it is set)");
 
   auto* info = app.add_subcommand("info", "list model presets with parameter counts");
 
@@ -609,17 +611,26 @@ int main(int argc, char** argv) {
       if (gen_seed < 0)
         throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(gen_seed));
       seqmix::train::check_threads(gen_threads, "--threads");
+      const int64_t threads = seqmix::generate::generate_threads(gen_threads);
+      // libgomp reads its wait policy only when it is loaded: for more than one thread, run
+      // again with OMP_WAIT_POLICY=passive (unless set) before anything is loaded or printed.
+      seqmix::util::reexec_with_passive_omp_wait(argv, threads);
       RunConfig config;
       auto tokenizer = seqmix::data::Tokenizer::bytes();
       auto model = load_model(gen_run, config, tokenizer);
-      seqmix::train::configure_threads(gen_threads);
+      seqmix::train::configure_threads(threads);
       std::fputs(prompt.c_str(), stdout);
-      seqmix::generate::generate_text(model, tokenizer, prompt, max_new, o,
-                                      static_cast<uint64_t>(gen_seed), [](const std::string& t) {
-                                        std::fputs(t.c_str(), stdout);
-                                        std::fflush(stdout);
-                                      });
+      seqmix::generate::GenerationStats stats;
+      seqmix::generate::generate_text(
+          model, tokenizer, prompt, max_new, o, static_cast<uint64_t>(gen_seed),
+          [](const std::string& t) {
+            std::fputs(t.c_str(), stdout);
+            std::fflush(stdout);
+          },
+          &stats);
       std::fputc('\n', stdout);
+      std::fflush(stdout);
+      fmt::print(stderr, "seqmix generate: {}\n", seqmix::generate::describe(stats));
       return 0;
     }
   } catch (const seqmix::train::Interrupted& e) {

@@ -117,7 +117,7 @@ std::vector<int64_t> EpochOrder::batch(int64_t step) {
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
                                    int64_t batch_size, int64_t max_examples,
-                                   int64_t pad_to_multiple) {
+                                   int64_t pad_to_multiple, const EvalProgressFn& on_progress) {
   if (batch_size < 1)
     throw std::invalid_argument("evaluate_classifier: batch size must be >= 1");
   if (split.empty()) throw std::invalid_argument("evaluate_classifier: the split is empty");
@@ -144,6 +144,7 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
     const at::Tensor logits = class_logits(model, b);
     nll += at::cross_entropy_loss(logits, b.labels, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+    if (on_progress) on_progress(std::min(n, i + batch_size), n);
   }
   if (was_training) model->train();
   AccuracyResult r;

@@ -121,6 +121,20 @@ struct Objective {
   std::function<void(int64_t step, bool final)> held_out;
 };
 
+// The final evaluation scores whole splits (minutes at the larger sizes): it is announced
+// and gets its own progress bar, which `on_progress` drives.
+std::unique_ptr<util::Progress> final_evaluation_bar(int64_t total, const std::string& unit,
+                                                     const std::string& what, const SayFn& say,
+                                                     EvalProgressFn& on_progress) {
+  say(fmt::format("final evaluation: {} {} {}", total, unit, what));
+  util::ProgressOptions po;
+  po.unit = unit;
+  po.plain_interval_s = 30;  // without a terminal, a line every 30 s at most
+  auto bar = std::make_unique<util::Progress>("eval", total, 0, po);
+  on_progress = [b = bar.get()](int64_t done, int64_t) { b->update(done, ""); };
+  return bar;
+}
+
 Objective language_model_objective(const RunConfig& config, models::SequenceModel& model,
                                    const data::Tokenizer& tokenizer, const LogFn& log,
                                    const SayFn& say, TrainResult& result) {
@@ -145,8 +159,18 @@ Objective language_model_objective(const RunConfig& config, models::SequenceMode
   const std::string split = config.data.eval_split;  // the held-out split: valid or test
   o.held_out = [corpus, &model, &tokenizer, &t, B, split, log, say, &result](int64_t step,
                                                                             bool final) {
-    const EvalResult r =
-        evaluate(model, corpus->eval, tokenizer, B, final ? 0 : t.eval_max_bytes);
+    // The final evaluation scores the whole split (minutes at the larger sizes): announce it
+    // and give it its own progress bar.
+    std::unique_ptr<util::Progress> bar;
+    EvalProgressFn on_progress;
+    if (final) {
+      const std::string unit = tokenizer.is_bytes() ? "bytes" : "tokens";
+      bar = final_evaluation_bar(evaluated_tokens(corpus->eval, 0), unit,
+                                 "of the held-out split (" + split + ")", say, on_progress);
+    }
+    const EvalResult r = evaluate(model, corpus->eval, tokenizer, B,
+                                  final ? 0 : t.eval_max_bytes, on_progress);
+    if (bar) bar->finish();
     log({{"step", step},
          {"split", split},
          {"loss", r.loss},
@@ -197,7 +221,16 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
     auto score = [&](const char* name, const std::vector<data::LabelledSequence>& split,
                      int64_t max_examples) {
       if (split.empty()) return AccuracyResult{};
-      const AccuracyResult r = evaluate_classifier(model, split, B, max_examples, pad_multiple);
+      std::unique_ptr<util::Progress> bar;
+      EvalProgressFn on_progress;
+      const auto size = static_cast<int64_t>(split.size());
+      if (final)
+        bar = final_evaluation_bar(max_examples > 0 ? std::min(max_examples, size) : size,
+                                   "examples", std::string("of the ") + name + " split", say,
+                                   on_progress);
+      const AccuracyResult r =
+          evaluate_classifier(model, split, B, max_examples, pad_multiple, on_progress);
+      if (bar) bar->finish();
       log({{"step", step},
            {"split", name},
            {"loss", r.loss},

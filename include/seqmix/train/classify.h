@@ -10,6 +10,7 @@
 #include "seqmix/data/labelled.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/models/sequence_model.h"
+#include "seqmix/train/evaluate.h"
 #include "seqmix/train/config.h"
 
 namespace seqmix::train {
@@ -63,9 +64,11 @@ struct AccuracyResult {
 /// gradients, batch_size at a time (examples grouped by length to pad little; the result
 /// does not depend on the grouping, nor on pad_to_multiple, see collate).
 /// @throws std::invalid_argument if batch_size < 1 or the split is empty.
+/// `on_progress(done, total)`, if given, is called after each batch with examples scored.
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
                                    int64_t batch_size, int64_t max_examples = 0,
-                                   int64_t pad_to_multiple = 1);
+                                   int64_t pad_to_multiple = 1,
+                                   const EvalProgressFn& on_progress = {});
 
 }  // namespace seqmix::train
