@@ -157,9 +157,11 @@ struct Scratch {
     BR = std::clamp<int64_t>(kScoreBytes / static_cast<int64_t>(sizeof(T)) / LP / kRowTile *
                                  kRowTile,
                              kRowTile, 64);
-    T* at = base;
+    // Offsets are counted as integers: with no base (sizing only) no pointer is formed,
+    // since arithmetic on a null pointer is undefined (found by fuzz/fuzz_config).
+    int64_t at = 0;
     const auto take = [&](int64_t n) {
-      T* q = at;
+      T* q = base ? base + at : nullptr;
       at += n;
       return q;
     };
@@ -179,9 +181,9 @@ struct Scratch {
       dv = take(LP * DP);
       di = take(BR);
     }
-    elems = at - base;
+    elems = at;
     if (base)
-      for (T* x = base; x < at; ++x) *x = 0;
+      for (T* x = base; x < base + at; ++x) *x = 0;
   }
   int64_t elems;
 };
