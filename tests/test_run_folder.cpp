@@ -354,7 +354,11 @@ TEST(RunFolder, FlagValuesAreCheckedLikeTheKeysTheySet) {
            {"--max-steps", "-5"},
            {"--seed", "-1"},
            {"--threads", "-1"},
-           {"--threads", "100000"}}) {
+           {"--threads", "100000"},
+           {"--batch-size", "1e9"},  // read as 10^9, then refused against physical memory
+           {"--max-len", "1e9"},
+           {"--max-steps", "2.5"},
+           {"--seed", "x"}}) {
     const auto r = run_cli(base + flag + " " + value);
     EXPECT_EQ(r.code, 1) << flag << " " << value << ": " << r.output;
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << " " << value << ": " << r.output;

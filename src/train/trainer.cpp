@@ -33,7 +33,8 @@ namespace seqmix::train {
 namespace fs = std::filesystem;
 
 int64_t max_threads() {
-  return std::max<int64_t>(64, 4 * static_cast<int64_t>(std::thread::hardware_concurrency()));
+  // As RunConfig::check_resources: more than four threads per hardware thread only thrash.
+  return 4 * std::max<int64_t>(1, std::thread::hardware_concurrency());
 }
 
 void check_threads(int64_t threads, const std::string& what) {

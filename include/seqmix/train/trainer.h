@@ -96,7 +96,7 @@ class LossSpikeWatch {
 };
 
 /// Checks a thread count a user asked for: 0 (all hardware threads) up to
-/// max_threads() (four per hardware thread, at least 64: more only thrash).
+/// max_threads() (four per hardware thread: more only thrash).
 /// @throws std::invalid_argument naming `what` (a flag or key) and the machine's count.
 void check_threads(int64_t threads, const std::string& what);
 int64_t max_threads();
