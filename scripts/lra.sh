@@ -85,14 +85,15 @@ for task in $TASKS; do
     if [ -f "$run/checkpoint.pt" ]; then cmd+=(--resume); else cmd+=(--overwrite); fi
     echo "lra: ${cmd[*]}"
     mkdir -p "$run"
-    if "${cmd[@]}" >"$run/stdout.json" 2>"$run/stderr.log"; then
-      line=$(tail -n 1 "$run/stdout.json")
+    # The logs sit beside the run folder: seqmix trains only into a new, empty or run folder.
+    if "${cmd[@]}" >"$run.stdout.json" 2>"$run.stderr.log"; then
+      line=$(tail -n 1 "$run.stdout.json")
       shown="seqmix ${cmd[*]:1}"
       printf '{"name":"%s","command":"%s",%s\n' "$name" "$shown" \
         "${line#\{}" >"$run/result.json"
       cat "$run/result.json" >>"$OUT/results.jsonl"
     else
-      echo "lra: $task / $name failed: $(tail -n 3 "$run/stderr.log")" >&2
+      echo "lra: $task / $name failed: $(tail -n 3 "$run.stderr.log")" >&2
     fi
   done
 done

@@ -441,3 +441,110 @@ TEST(RunFolder, ControlCharactersInPathsAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, EmptyAndOutOfRangeValuesAreErrorsNamingTheOption) {
+  const std::string dir = seqmix::testing::temp_dir("rf-values");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  ASSERT_EQ(run_cli(std::string("train ") + kTiny + "--max-steps 1 --data " + data + " --out " +
+                    dir + "/ok")
+                .code,
+            0);
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"train --size tiny --lr '' --out " + dir + "/x", "--lr"},
+           {"train --size tiny --data '' --out " + dir + "/x", "--data"},
+           {"train --size tiny --tokenizer '' --out " + dir + "/x", "--tokenizer"},
+           {"train --size tiny --task '' --out " + dir + "/x", "--task"},
+           {"train --task listops --data " + data + " --out " + dir + "/x", "--data"},
+           {"eval " + dir + "/ok --max-bytes 9223372036854775808", "--max-tokens"},
+           {"eval " + dir + "/ok --threads ''", "--threads"},
+           {"generate " + dir + "/ok --temperature ''", "--temperature"},
+           {"generate " + dir + "/ok --max-new-tokens 9223372036854775807", "--max-new-tokens"},
+           {"generate " + dir + "/ok --max-new-tokens -1", "--max-new-tokens"},
+           {"data pathfinder --count 0 --out " + dir + "/pf", "--count"},
+           {"data pathfinder --seed -1 --out " + dir + "/pf", "--seed"},
+           {"plot " + dir + "/ok --metric ''", "--metric"},
+           {"bench ops --L 9223372036854775808", "--L"}}) {
+    const auto r = run_cli(args);
+    EXPECT_NE(r.code, 0) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(flag), std::string::npos) << args << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/x")) << args;
+    EXPECT_FALSE(fs::exists(dir + "/pf")) << args;
+  }
+}
+
+TEST(Cli, OutputsNeverLandInAnotherRunOrOverAUsersFiles) {
+  const std::string dir = seqmix::testing::temp_dir("rf-outputs");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  ASSERT_EQ(run_cli(std::string("train ") + kTiny + "--max-steps 1 --data " + data + " --out " +
+                    dir + "/run")
+                .code,
+            0);
+  const auto run = snapshot(dir + "/run");
+  const std::string listops = " --train 4 --valid 2 --test 2 --min-length 10 --max-length 100";
+  for (const std::string& args :
+       {"data listops --out " + dir + "/run" + listops, "data pathfinder --count 2 --out " + dir + "/run",
+        std::string("compare ") + kTiny + "--max-steps 1 --data " + data + " --run a=weird-net --out " +
+            dir + "/run"}) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("training run's folder"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(snapshot(dir + "/run"), run);
+  // A folder of the user's own is not a place to train in; files of the user's own are not
+  // replaced by data exports without --overwrite.
+  fs::create_directories(dir + "/mine");
+  std::ofstream(dir + "/mine/listops_train.tsv") << "keep";
+  std::ofstream(dir + "/mine/labels.tsv") << "keep";
+  auto r = run_cli(std::string("train ") + kTiny + "--max-steps 1 --data " + data + " --out " +
+                   dir + "/mine");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
+  r = run_cli("data listops --out " + dir + "/mine" + listops);
+  EXPECT_EQ(r.code, 1) << r.output;
+  r = run_cli("data pathfinder --count 2 --out " + dir + "/mine");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(read_text(dir + "/mine/listops_train.tsv"), "keep");
+  EXPECT_EQ(read_text(dir + "/mine/labels.tsv"), "keep");
+  r = run_cli("data listops --overwrite --out " + dir + "/mine" + listops);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(read_text(dir + "/mine/listops_train.tsv"), "keep");
+}
+
+TEST(RunFolder, ZeroStepsCheckpointsAndARunThatNeverCheckpointedIsReplaced) {
+  const std::string dir = seqmix::testing::temp_dir("rf-zero");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  const std::string args = std::string("train ") + kTiny + "--data " + data + " --out " + dir + "/run";
+  auto r = run_cli(args + " --max-steps 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoint.pt"));
+  // What a run killed before its first checkpoint leaves: no checkpoint, only its files.
+  fs::remove(dir + "/run/checkpoint.pt");
+  r = run_cli(args + " --max-steps 2 --resume");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint"), std::string::npos) << r.output;
+  r = run_cli(args + " --max-steps 2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(train::read_checkpoint_config(dir + "/run/checkpoint.pt").train.max_steps, 2);
+  EXPECT_FALSE(fs::exists(dir + "/run/.metrics.jsonl.overwrite"));
+}
+
+TEST(RunFolder, WeightsThatGiveNonFiniteOutputsFailEvaluation) {
+  const std::string dir = seqmix::testing::temp_dir("rf-nanout");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  auto c = tiny_config(data);
+  models::SequenceModel m(c.model);
+  {
+    torch::NoGradGuard g;
+    for (auto& p : m->parameters()) p.fill_(1e30f);  // finite, but the forward pass overflows
+  }
+  fs::create_directories(dir + "/big");
+  train::save_checkpoint(dir + "/big/checkpoint.pt", m, nullptr, c, 1);
+  auto r = run_cli("eval " + dir + "/big");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("not finite"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\"loss\""), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -101,6 +101,9 @@ struct ConfigFlags {
   }
 
   std::vector<std::string> overrides() const {
+    if (!task.empty() && !data.empty())
+      throw std::invalid_argument("--data does not apply with --task: task '" + task +
+                                  "' brings its own data");
     std::vector<std::string> o;
     auto str = [&](const char* key, const std::string& v) {
       if (!v.empty()) o.push_back(std::string(key) + "=" + nlohmann::json(v).dump());
@@ -160,6 +163,59 @@ int cmd_info() {
   fmt::print("\nBLAS: {}\n", seqmix::util::blas_description());
   fmt::print("Large-block pool: {}\n", seqmix::util::large_block_pool_description());
   return 0;
+}
+
+// Every option of every command: a value given must not be empty (CLI11 would turn '' into
+// the option's default), and an integer must be one that fits in 64 bits (CLI11 would clamp
+// 9223372036854775808) -- written plainly or as an exact power-of-ten form such as 1e9.
+void harden(CLI::App* app) {
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("expected a value, got ''") : ""; },
+      "", "");
+  const CLI::Validator integer(
+      [](std::string& v) -> std::string {
+        size_t used = 0;
+        try {
+          const long long n = std::stoll(v, &used);
+          if (used == v.size()) return "";
+          const double d = std::stod(v, &used);
+          if (used == v.size() && std::isfinite(d) && d == std::floor(d) &&
+              std::abs(d) < 9.2e18) {
+            v = std::to_string(static_cast<int64_t>(d));
+            return "";
+          }
+          (void)n;
+        } catch (const std::out_of_range&) {
+          return "expected an integer within +-9223372036854775807, got '" + v + "'";
+        } catch (const std::exception&) {
+        }
+        return "expected an integer, got '" + v + "'";
+      },
+      "", "");
+  for (CLI::Option* opt : app->get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.empty()) continue;  // a flag
+    opt->check(non_empty);
+    if (type == "INT" || type == "UINT") opt->transform(integer);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) harden(sub);
+}
+
+// Output files a command writes into a folder that may already hold some: refused unless
+// --overwrite says to replace them, and never into a training run's folder.
+void check_outputs(const std::string& dir, const std::vector<std::string>& names,
+                   bool overwrite) {
+  seqmix::util::check_path_text(dir, "--out");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw std::runtime_error("--out: '" + dir + "' exists and is not a folder");
+  if (!seqmix::util::run_files_in(dir).empty())
+    throw std::runtime_error("--out: '" + dir + "' is a training run's folder; choose another");
+  for (const auto& n : names)
+    if (!overwrite && fs::exists(fs::path(dir) / n, ec))
+      throw std::runtime_error("--out: '" + (fs::path(dir) / n).string() +
+                               "' exists; give --overwrite to replace it, or another folder");
 }
 
 // The model of a run folder or checkpoint, with its configuration and tokenizer.
@@ -233,8 +289,8 @@ int main(int argc, char** argv) {
   auto* gen = app.add_subcommand("generate", "generate text from a trained model");
   gen->add_option("run", gen_run, "run folder or checkpoint file")->required();
   gen->add_option("--prompt", prompt, "text to continue");
-  gen->add_option("--max-new-tokens", max_new, "tokens to generate (bytes for byte-level models)")
-      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--max-new-tokens", max_new,
+                  "tokens to generate (bytes for byte-level models), at most 1e9");
   gen->add_option("--temperature", temperature, "sampling temperature (0 = greedy)");
   gen->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)");
   gen->add_option("--top-p", top_p, "nucleus sampling threshold in (0, 1]");
@@ -285,19 +341,22 @@ int main(int argc, char** argv) {
                           "tokens, exclusive (LRA: 2000)");
   listops_cmd->add_option("--max-depth", listops_opts.max_depth, "tree depth (LRA: 10)");
   listops_cmd->add_option("--max-args", listops_opts.max_args, "arguments per operator (LRA: 10)");
+  bool listops_overwrite = false;
+  listops_cmd->add_flag("--overwrite", listops_overwrite, "replace the files already in --out");
 
   std::string pf_out;
   int32_t pf_resolution = 32;
   int64_t pf_count = 16;
-  uint64_t pf_seed = 0;
+  int64_t pf_seed = 0;
+  bool pf_overwrite = false;
   auto* pf_cmd = data_cmd->add_subcommand(
       "pathfinder",
       "example Pathfinder / Path-X images to look at: example_<i>_<label>.pgm (binary PGM) and "
       "labels.tsv (file, label, marker centres) into --out");
   pf_cmd->add_option("--out", pf_out, "output folder")->required();
   pf_cmd->add_option("--resolution", pf_resolution, "image side: 32 (Pathfinder), 128 (Path-X)");
-  pf_cmd->add_option("--count", pf_count, "images (labels alternate 1, 0, 1, ...)")
-      ->check(CLI::PositiveNumber);
+  pf_cmd->add_option("--count", pf_count, "images (labels alternate 1, 0, 1, ...)");
+  pf_cmd->add_flag("--overwrite", pf_overwrite, "replace the files already in --out");
   pf_cmd->add_option("--seed", pf_seed, "random seed");
 
   ConfigFlags cmp_flags;
@@ -352,6 +411,7 @@ int main(int argc, char** argv) {
   bench->add_option("--blas-threads", bench_blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   bench->add_flag("--json", bench_json, "one JSON object per line instead of a table");
 
+  harden(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -366,7 +426,8 @@ int main(int argc, char** argv) {
     if (info->parsed()) return cmd_info();
 
     if (listops_cmd->parsed()) {
-      seqmix::util::check_path_text(listops_out, "--out");
+      check_outputs(listops_out, {"listops_train.tsv", "listops_val.tsv", "listops_test.tsv"},
+                    listops_overwrite);
       const auto d = seqmix::data::generate_listops(listops_opts);  // checks the options first
       std::filesystem::create_directories(listops_out);
       const std::pair<const char*, const std::vector<seqmix::data::LabelledSequence>*> splits[] = {
@@ -386,14 +447,22 @@ int main(int argc, char** argv) {
     }
 
     if (pf_cmd->parsed()) {
-      seqmix::util::check_path_text(pf_out, "--out");
+      if (pf_count < 1 || pf_count > 100000)
+        throw std::invalid_argument("--count must be in [1, 100000], got " +
+                                    std::to_string(pf_count));
+      if (pf_seed < 0)
+        throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(pf_seed));
       const auto o = seqmix::data::pathfinder_options(pf_resolution);
+      std::vector<std::string> names{"labels.tsv"};
+      for (int64_t i = 0; i < pf_count; ++i)
+        names.push_back(fmt::format("example_{}_{}.pgm", i, i % 2 == 0 ? 1 : 0));
+      check_outputs(pf_out, names, pf_overwrite);
       std::filesystem::create_directories(pf_out);
       std::string tsv = "file\tlabel\tmarker_a_row\tmarker_a_col\tmarker_b_row\tmarker_b_col\n";
       for (int64_t i = 0; i < pf_count; ++i) {
         const int32_t label = i % 2 == 0 ? 1 : 0;
         const auto img = seqmix::data::render_pathfinder_example(
-            o, pf_seed * 1000003ULL + static_cast<uint64_t>(i), label);
+            o, static_cast<uint64_t>(pf_seed) * 1000003ULL + static_cast<uint64_t>(i), label);
         const std::string name = fmt::format("example_{}_{}.pgm", i, label);
         seqmix::util::write_file_atomic((std::filesystem::path(pf_out) / name).string(),
                                         seqmix::data::pathfinder_to_pgm(img));
@@ -410,9 +479,26 @@ int main(int argc, char** argv) {
 
     if (tok_train->parsed()) {
       seqmix::util::check_path_text(tok_out, "--out");
-      if (std::filesystem::exists(tok_out) && !tok_overwrite)
-        throw std::runtime_error("tokenizer train: --out '" + tok_out +
-                                 "' exists; give --overwrite to replace it, or another path");
+      {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        if (fs::is_directory(tok_out, ec))
+          throw std::runtime_error("tokenizer train: --out '" + tok_out +
+                                   "' is a folder; give the model file's path");
+        if (fs::exists(tok_out, ec) && !tok_overwrite)
+          throw std::runtime_error("tokenizer train: --out '" + tok_out +
+                                   "' exists; give --overwrite to replace it, or another path");
+        // Found wrong before the training, not after it.
+        for (fs::path up = fs::path(tok_out).parent_path(); !up.empty(); up = up.parent_path()) {
+          if (fs::exists(up, ec)) {
+            if (!fs::is_directory(up, ec))
+              throw std::runtime_error("tokenizer train: --out '" + tok_out + "': '" +
+                                       up.string() + "' is not a folder");
+            break;
+          }
+          if (up == up.parent_path()) break;
+        }
+      }
       const auto corpus = seqmix::data::ByteCorpus::load(tok_data, tok_data_dir);
       tok_opts.source = tok_data;
       const auto t = seqmix::data::Tokenizer::train(corpus.train(), tok_opts);
@@ -440,6 +526,10 @@ int main(int argc, char** argv) {
       for (const auto& spec : cmp_models)
         cmp_opts.models.push_back(seqmix::train::parse_compare_model(spec));
       seqmix::train::resolve_compare(cmp_opts);  // every check, before anything is created
+      if (!seqmix::util::run_files_in(cmp_opts.out_dir).empty())
+        throw std::runtime_error("--out: '" + cmp_opts.out_dir +
+                                 "' is a training run's folder, not a comparison's; choose "
+                                 "another");
       // The comparison's folder is locked as a run folder is: a second compare (or a train)
       // into it fails at once instead of tearing its summary and plots.
       const bool cmp_created = !std::filesystem::exists(cmp_opts.out_dir);
@@ -575,6 +665,10 @@ int main(int argc, char** argv) {
       seqmix::train::configure_threads(eval_threads);
       if (!eval_data_dir.empty()) config.data.dir = eval_data_dir;
       if (!config.data.task.empty()) {
+        if (!eval_data.empty())
+          throw std::invalid_argument("--data: '" + eval_run + "' is a classifier on task '" +
+                                      config.data.task +
+                                      "', which brings its own data; give --split instead");
         // A classifier: accuracy on one split of the task it was trained on.
         const std::string split = eval_split.empty() ? "test" : eval_split;
         const auto& d = config.data;
@@ -589,6 +683,9 @@ int main(int argc, char** argv) {
                                    split + "'");
         const auto r = seqmix::train::evaluate_classifier(model, *examples, eval_batch,
                                                           eval_max_tokens, d.pad_to_multiple);
+        if (!std::isfinite(r.loss))
+          throw std::runtime_error("eval: the loss of '" + eval_run + "' on the " + split +
+                                   " split is not finite: its weights produce NaN or inf");
         fmt::print("{}\n", nlohmann::json{{"split", split},
                                           {"task", d.task},
                                           {"loss", r.loss},
@@ -606,6 +703,9 @@ int main(int argc, char** argv) {
           tokenizer);
       const auto r =
           seqmix::train::evaluate(model, corpus.eval, tokenizer, eval_batch, eval_max_tokens);
+      if (!std::isfinite(r.loss))
+        throw std::runtime_error("eval: the held-out loss of '" + eval_run +
+                                 "' is not finite: its weights produce NaN or inf");
       fmt::print("{}\n", nlohmann::json{{"split", config.data.eval_split},
                                         {"data", config.data.source},
                                         {"eval_split", config.data.eval_split},
@@ -629,6 +729,9 @@ int main(int argc, char** argv) {
       seqmix::generate::validate(o);
       if (gen_seed < 0)
         throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(gen_seed));
+      if (max_new < 0 || max_new > 1000000000)
+        throw std::invalid_argument("--max-new-tokens must be in [0, 1e9], got " +
+                                    std::to_string(max_new));
       seqmix::train::check_threads(gen_threads, "--threads");
       const int64_t threads = seqmix::generate::generate_threads(gen_threads);
       // libgomp reads its wait policy only when it is loaded: for more than one thread, run
@@ -638,15 +741,24 @@ int main(int argc, char** argv) {
       auto tokenizer = seqmix::data::Tokenizer::bytes();
       auto model = load_model(gen_run, config, tokenizer);
       seqmix::train::configure_threads(threads);
-      std::fputs(prompt.c_str(), stdout);
+      // The prompt goes out with the first new text, so that a model that cannot generate
+      // (non-finite outputs) prints nothing on stdout before its error.
+      bool started = false;
+      auto emit = [&](const std::string& t) {
+        if (!started) std::fputs(prompt.c_str(), stdout);
+        started = true;
+        std::fputs(t.c_str(), stdout);
+        std::fflush(stdout);
+      };
       seqmix::generate::GenerationStats stats;
-      seqmix::generate::generate_text(
-          model, tokenizer, prompt, max_new, o, static_cast<uint64_t>(gen_seed),
-          [](const std::string& t) {
-            std::fputs(t.c_str(), stdout);
-            std::fflush(stdout);
-          },
-          &stats);
+      try {
+        seqmix::generate::generate_text(model, tokenizer, prompt, max_new, o,
+                                        static_cast<uint64_t>(gen_seed), emit, &stats);
+      } catch (const std::exception& e) {
+        if (started) std::fputc('\n', stdout);
+        throw std::runtime_error("generate: '" + gen_run + "': " + e.what());
+      }
+      if (!started) emit("");
       std::fputc('\n', stdout);
       std::fflush(stdout);
       fmt::print(stderr, "seqmix generate: {}\n", seqmix::generate::describe(stats));

@@ -394,6 +394,11 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       notes.push_back(fmt::format("learning-rate schedule: horizon changed from {} to {} steps "
                                   "(train.decay_steps)",
                                   horizon, allowed.train.decay_steps));
+    else if (config.train.max_steps < horizon && config.train.schedule != "constant")
+      notes.push_back(fmt::format(
+          "learning-rate schedule: the horizon stays at {} steps, so the run ends at step {} "
+          "before the rate has decayed (set train.decay_steps={} to end the decay there)",
+          horizon, config.train.max_steps, config.train.max_steps));
     else if (config.train.max_steps > horizon && config.train.schedule != "constant")
       notes.push_back(fmt::format(
           "learning-rate schedule: the horizon stays at {} steps, so the rate stays at "
@@ -651,9 +656,14 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   progress->finish();
   // Resumed exactly at the end: a shortened run (checkpoint it with its new length) or one
   // that stopped before its final evaluation.
-  if (start >= t.max_steps && (!files.promoted() && stored_max_steps != t.max_steps))
+  if (start >= t.max_steps && !files.promoted() && (!resumed || stored_max_steps != t.max_steps))
     checkpoint(t.max_steps);
   objective.held_out(std::max(start, t.max_steps), true);
+  if (!std::isfinite(result.eval_loss))
+    throw std::runtime_error(fmt::format(
+        "the final evaluation's loss is {}: the weights at step {} produce NaN or inf on "
+        "held-out data (checkpoint '{}'); lower train.lr or raise train.warmup_steps",
+        result.eval_loss, std::max(start, t.max_steps), ckpt_path.string()));
   result.steps = std::max(start, t.max_steps);
   result.seconds = run_seconds();
   return result;
@@ -695,14 +705,31 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     }
   }
   const auto existing = util::run_files_in(out.string());
-  const bool overwrite = options.overwrite && !existing.empty();
+  // A run that never wrote a checkpoint (killed before its first one) has nothing to resume
+  // or lose: a new run replaces its files the way --overwrite does.
+  const bool dead = !existing.empty() && !fs::exists(ckpt_path);
+  const bool overwrite = (options.overwrite || dead) && !existing.empty();
   RunFiles files(out, created_dir, overwrite);
-  if (!options.resume && !options.overwrite && !existing.empty()) {
+  if (!options.resume && !options.overwrite && !dead && !existing.empty()) {
     std::string names;
     for (const auto& f : existing) names += (names.empty() ? "" : ", ") + f;
     throw std::runtime_error("run folder '" + out.string() + "' already holds a run (" + names +
                              "); continue it with --resume, or replace it with --overwrite");
   }
+  if (existing.empty() && !created_dir) {
+    // Not a run: a folder of the user's own (or /). seqmix writes only into a new or empty
+    // folder, or a run's.
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+      (void)e;
+      throw std::runtime_error("--out: '" + out.string() +
+                               "' is not empty and holds no seqmix run; give a new or empty "
+                               "folder");
+    }
+  }
+  if (options.resume && dead)
+    throw std::runtime_error("--resume: run folder '" + out.string() +
+                             "' has no checkpoint.pt (the run stopped before its first one); "
+                             "start it again without --resume");
   try {
     return train_in_folder(requested, options, files, ckpt_path, run_seconds, seconds_before);
   } catch (...) {
