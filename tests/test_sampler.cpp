@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
@@ -49,6 +50,87 @@ TEST(Sampler, RejectsBadOptions) {
   o = {};
   o.top_k = -2;
   EXPECT_THROW(generate::validate(o), std::invalid_argument);
+}
+
+// The message names the option: what the CLI prints for --temperature inf or --top-p nan.
+void expect_rejected(const generate::SamplingOptions& o, const std::string& names) {
+  try {
+    generate::validate(o);
+    ADD_FAILURE() << names << ": no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(names + " must be ", 0), 0u) << e.what();
+  }
+}
+
+TEST(Sampler, RejectsNonFiniteOptions) {
+  // An infinite temperature divided every logit to 0: uniform sampling, silently.
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double t : {inf, -inf, nan, -1.0}) {
+    generate::SamplingOptions o;
+    o.temperature = t;
+    expect_rejected(o, "--temperature");
+  }
+  for (const double p : {inf, -inf, nan}) {
+    generate::SamplingOptions o;
+    o.top_p = p;
+    expect_rejected(o, "--top-p");
+  }
+  generate::SamplingOptions ok;
+  ok.temperature = 1e-300;
+  EXPECT_NO_THROW(generate::validate(ok));
+}
+
+TEST(Sampler, NonFiniteLogitsAndTinyTemperatures) {
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(1);
+  generate::SamplingOptions o;
+  // Not LibTorch's "probability tensor contains either inf, nan or element < 0".
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()}) {
+    const at::Tensor logits = at::tensor({1.0f, bad, 2.0f}).view({1, 3});
+    for (const double t : {1.0, 0.0}) {
+      o.temperature = t;
+      try {
+        generate::sample_next(logits, o, g);
+        ADD_FAILURE() << "no error for logit " << bad << ", temperature " << t;
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()), "sample_next: the logits are not finite");
+      }
+    }
+  }
+  // Logits divided by a temperature this small overflow float: the token is the argmax.
+  const at::Tensor logits = at::tensor({1.0f, 3.0f, 2.0f, 0.5f}).view({1, 4});
+  for (const double t : {1e-300, 1e-40, 1e-30}) {
+    o.temperature = t;
+    o.top_p = 0.5;
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(generate::sample_next(logits, o, g).item<int64_t>(), 1);
+  }
+}
+
+TEST(Generate, ModelWhoseOutputIsNotFinite) {
+  auto cfg = models::make_model_config("weird-net", "tiny");
+  cfg.max_len = 16;
+  torch::manual_seed(1);
+  models::SequenceModel m(cfg);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->parameters()) p.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+  for (const double t : {1.0, 0.0}) {
+    generate::SamplingOptions o;
+    o.temperature = t;
+    std::string shown;
+    try {
+      generate::generate_text(m, data::Tokenizer::bytes(), "ab", 5, o, 1,
+                              [&](const std::string& s) { shown += s; });
+      ADD_FAILURE() << "no error at temperature " << t;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "the model's output (logits) is not finite at new token 1; the checkpoint's "
+                "weights produce NaN or inf");
+    }
+    EXPECT_EQ(shown, "");
+  }
 }
 
 TEST(Generate, IsSeededAndRunsPastMaxLen) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "seqmix/util/blas.h"
@@ -34,20 +35,33 @@ std::string describe(const GenerationStats& s) {
 }
 
 void validate(const SamplingOptions& o) {
-  if (!(o.temperature >= 0))
-    throw std::invalid_argument("--temperature must be >= 0, got " + std::to_string(o.temperature));
+  // Infinite temperature would divide every logit to 0 (uniform sampling); NaN compares false.
+  if (!(o.temperature >= 0 && std::isfinite(o.temperature)))
+    throw std::invalid_argument("--temperature must be a finite number >= 0, got " +
+                                fmt::format("{}", o.temperature));
   if (o.top_k < 0)
     throw std::invalid_argument("--top-k must be >= 0, got " + std::to_string(o.top_k));
   if (!(o.top_p > 0 && o.top_p <= 1))
-    throw std::invalid_argument("--top-p must be in (0, 1], got " + std::to_string(o.top_p));
+    throw std::invalid_argument("--top-p must be in (0, 1], got " + fmt::format("{}", o.top_p));
 }
+
+namespace {
+bool all_finite(const at::Tensor& t) { return at::isfinite(t).all().item<bool>(); }
+}  // namespace
 
 at::Tensor sample_next(const at::Tensor& logits_in, const SamplingOptions& o,
                        at::Generator& generator) {
   TORCH_CHECK(logits_in.dim() == 2, "sample_next: logits must be [B, V], got ", logits_in.sizes());
   at::Tensor logits = logits_in.to(at::kFloat);
+  // LibTorch's multinomial would say "probability tensor contains either inf, nan or element
+  // < 0", and argmax would pick a NaN.
+  if (!all_finite(logits)) throw std::runtime_error("sample_next: the logits are not finite");
   if (o.temperature == 0) return logits.argmax(-1);
-  logits = logits / o.temperature;
+  const at::Tensor scaled = logits / o.temperature;
+  // A temperature so small (1e-300) that the scaled logits overflow float: sampling at it is
+  // greedy (the limit as the temperature goes to 0, and what softmax gives before overflow).
+  if (!all_finite(scaled)) return logits.argmax(-1);
+  logits = scaled;
   const int64_t V = logits.size(-1);
   if (o.top_k > 0 && o.top_k < V) {
     const at::Tensor kth = std::get<0>(logits.topk(o.top_k, -1)).narrow(-1, o.top_k - 1, 1);
@@ -109,6 +123,10 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   feed(context.begin(), context.end());
   const auto t_new = Clock::now();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
+    if (!all_finite(logits))
+      throw std::runtime_error("the model's output (logits) is not finite at new token " +
+                               std::to_string(i + 1) +
+                               "; the checkpoint's weights produce NaN or inf");
     const auto id = static_cast<int32_t>(sample_next(logits, options, gen).item<int64_t>());
     out.push_back(id);
     context.push_back(id);

@@ -19,10 +19,13 @@ struct SamplingOptions {
   double top_p = 1.0;        ///< keep the smallest set whose probability reaches top_p
 };
 
-/// @throws std::invalid_argument naming the option that is out of range.
+/// @throws std::invalid_argument naming the option that is out of range (a negative, infinite
+///         or NaN temperature, a negative top_k, a top_p outside (0, 1]).
 void validate(const SamplingOptions& options);
 
-/// Samples one token per row: logits [B, V] -> int64 [B].
+/// Samples one token per row: logits [B, V] -> int64 [B]. A temperature so small that the
+/// scaled logits overflow samples greedily (its limit).
+/// @throws std::runtime_error if the logits hold NaN or infinity.
 at::Tensor sample_next(const at::Tensor& logits, const SamplingOptions& options,
                        at::Generator& generator);
 
@@ -73,6 +76,8 @@ std::string describe(const GenerationStats& stats);
 /// @return the generated tokens (without the prompt).
 /// @throws std::invalid_argument for an encoder or a classifier (n_classes > 0), an empty
 ///         prompt, a prompt token outside the vocabulary, or bad options.
+/// @throws std::runtime_error if the model's logits are not finite ("the model's output
+///         (logits) is not finite at new token N; the checkpoint's weights produce NaN or inf").
 data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenIds& prompt,
                                int64_t max_new_tokens, const SamplingOptions& options,
                                uint64_t seed, const std::function<void(int32_t)>& on_token = {},
