@@ -76,12 +76,43 @@ const Plugin& plugin() {
   return p;
 }
 
-// Takes ownership of a message the plugin allocated.
-std::string take_error(char* err) {
-  std::string s = err ? err : "unknown error";
-  plugin().free(err);
-  return s;
+// SentencePiece's status text without its code name and source location: "Internal:
+// ./src/trainer_interface.cc(660) [(...) == (...)] Vocabulary size too high (5000)." becomes
+// "Vocabulary size too high (5000).", and "Internal: ./src/sentencepiece_processor.cc(232)
+// [model_proto->ParseFromArray(...)]" (a location and nothing else) becomes "".
+std::string spm_reason(std::string msg) {
+  static const char* const codes[] = {
+      "Cancelled: ",       "Unknown: ",           "Invalid argument: ", "Deadline exceeded: ",
+      "Not found: ",       "Already exists: ",    "Permission denied: ", "Unauthenticated: ",
+      "Resource exhausted: ", "Failed precondition: ", "Aborted: ",   "Out of range: ",
+      "Unimplemented: ",   "Internal: ",          "Unavailable: ",      "Data loss: "};
+  for (const char* c : codes)
+    if (msg.rfind(c, 0) == 0) {
+      msg.erase(0, std::char_traits<char>::length(c));
+      break;
+    }
+  // A location is "<path>(<line>) [<expression>]", then the message, if any.
+  const auto paren = msg.find(") [");
+  if (paren != std::string::npos && msg.find(' ') > paren && paren > 0) {
+    const auto close = msg.find("] ", paren);
+    if (close != std::string::npos)
+      msg.erase(0, close + 2);
+    else if (!msg.empty() && msg.back() == ']')
+      msg.clear();
+  }
+  while (!msg.empty() && std::isspace(static_cast<unsigned char>(msg.back()))) msg.pop_back();
+  return msg;
 }
+
+// Takes ownership of a message the plugin allocated; returns SentencePiece's reason only.
+std::string take_error(char* err) {
+  std::string s = err ? err : "";
+  plugin().free(err);
+  return spm_reason(s);
+}
+
+// ": <reason>" or, if SentencePiece gave none, "".
+std::string because(const std::string& reason) { return reason.empty() ? "" : ": " + reason; }
 
 }  // namespace
 
@@ -91,12 +122,15 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
   const Plugin& p = plugin();
   void* model = nullptr;
   char* err = nullptr;
-  if (proto.empty() || p.load(proto.data(), proto.size(), &model, &err) != 0)
+  if (proto.empty() || p.load(proto.data(), proto.size(), &model, &err) != 0) {
+    // A file that does not parse as a ModelProto gets SentencePiece's location only; a model
+    // that parses but is unusable gets its reason ("the model holds no pieces").
+    const std::string reason = proto.empty() ? "it is empty" : take_error(err);
     throw std::runtime_error(origin +
                              " is not a SentencePiece model (expected a .model file written by "
                              "`seqmix tokenizer train` or spm_train" +
-                             (proto.empty() ? std::string(": it is empty)")
-                                            : ": " + take_error(err) + ")"));
+                             (reason.empty() ? std::string() : "; " + reason) + ")");
+  }
   Tokenizer t;
   t.sp_ = std::shared_ptr<void>(model, [](void* m) { plugin().unload(m); });
   t.proto_ = proto;
@@ -110,18 +144,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
     throw std::runtime_error(key + ": tokenizer model '" + path +
                              "' does not exist (give 'bytes' or a .model file written by "
                              "`seqmix tokenizer train`)");
-  return from_serialized(read_regular_file(path, key), "tokenizer model '" + path + "'");
+  return from_serialized(read_regular_file(path, key), key + ": tokenizer model '" + path + "'");
 }
 
 namespace {
-
-// The part of a SentencePiece status message after its source location, e.g. "Vocabulary
-// size too high (5000). Please set it to a value <= 351." from "Internal:
-// ./src/trainer_interface.cc(660) [(...) == (...)] Vocabulary size too high ...".
-std::string spm_reason(const std::string& msg) {
-  const auto close = msg.find("] ");
-  return close == std::string::npos ? msg : msg.substr(close + 2);
-}
 
 // The first integer after `marker` in `text` (-1 if none).
 int64_t number_after(const std::string& text, const std::string& marker) {
@@ -135,11 +161,10 @@ int64_t number_after(const std::string& text, const std::string& marker) {
   return v;
 }
 
-// SentencePiece's message for a failed training, re-worded for a user of
-// `seqmix tokenizer train`; the original follows in brackets.
-std::string explain_training_failure(const std::string& msg, const TokenizerOptions& o,
+// SentencePiece's reason for a failed training (spm_reason), re-worded for a user of
+// `seqmix tokenizer train`; the reason follows in brackets.
+std::string explain_training_failure(const std::string& reason, const TokenizerOptions& o,
                                      size_t text_bytes) {
-  const std::string reason = spm_reason(msg);
   const std::string vs = "--vocab-size " + std::to_string(o.vocab_size);
   std::string head;
   if (reason.find("Vocabulary size too high") != std::string::npos) {
@@ -161,7 +186,7 @@ std::string explain_training_failure(const std::string& msg, const TokenizerOpti
     head = "the text has no usable line (lines longer than " +
            std::to_string(o.max_sentence_length) + " bytes are skipped)";
   } else {
-    return "tokenizer training failed: " + reason + " (SentencePiece: " + msg + ")";
+    return "tokenizer training failed" + (reason.empty() ? std::string(" (SentencePiece gave no reason)") : ": " + reason);
   }
   return "tokenizer training failed: " + head + " (SentencePiece: " + reason + ")";
 }
@@ -268,7 +293,7 @@ TokenIds Tokenizer::encode(const std::string& text) const {
   size_t n = 0;
   char* err = nullptr;
   if (plugin().encode(sp_.get(), text.data(), text.size(), &ids, &n, &err) != 0)
-    throw std::runtime_error("tokenizer: cannot encode text: " + take_error(err));
+    throw std::runtime_error("tokenizer: cannot encode text" + because(take_error(err)));
   TokenIds out(ids, ids + n);
   plugin().free(ids);
   return out;
@@ -285,7 +310,7 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
   size_t n = 0;
   char* err = nullptr;
   if (plugin().decode(sp_.get(), ids.data(), ids.size(), &text, &n, &err) != 0)
-    throw std::runtime_error("tokenizer: cannot decode: " + take_error(err));
+    throw std::runtime_error("tokenizer: cannot decode" + because(take_error(err)));
   std::string out(text, n);
   plugin().free(text);
   return out;
