@@ -262,6 +262,13 @@ int64_t large_block_cache_limit_from_env() {
     throw std::invalid_argument(std::string(kPoolEnv) +
                                 ": expected a whole number of MiB (0 turns the large-block pool "
                                 "off), got '" + text + "'");
+  // A pool larger than the machine could never fill: a mistyped value, refused.
+  const int64_t physical_mib = physical_memory_bytes() >> 20;
+  if (physical_mib > 0 && mib > physical_mib)
+    throw std::invalid_argument(fmt::format(
+        "{} is {} MiB, more than this machine's {} MiB of memory (the large-block pool's limit; "
+        "0 turns it off)",
+        kPoolEnv, mib, physical_mib));
   return mib << 20;
 }
 

@@ -60,7 +60,8 @@ void release_free_heap();
 /// The pool trades memory for speed; processes sharing a machine may each hold this much in
 /// idle blocks, so lower it when several runs share one.
 /// @throws std::invalid_argument naming the variable if its value is not a whole number of
-///         MiB in [0, 2^40].
+///         MiB in [0, 2^40] (empty, signed, with a suffix), or is more than this machine's
+///         physical memory.
 int64_t large_block_cache_limit_from_env();
 
 /// Keeps freed CPU tensor blocks of at least `min_bytes` for reuse, up to `max_cached_bytes`
