@@ -19,6 +19,7 @@
 #include "seqmix/data/tasks.h"
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/train/config.h"
+#include "seqmix/util/memory.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
 
@@ -422,6 +423,212 @@ TEST(DataDir, TheCliFindsNamedCorporaFromAnyWorkingDirectory) {
               "-C " + dir + "/elsewhere SEQMIX_DATA_DIR=" + dir + "/no-such-folder");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "SEQMIX_DATA_DIR: '" + dir + "/no-such-folder'")) << r.output;
+}
+
+// ---- Hostile inputs: tokenizer models, config files, overrides, environment -----------------
+
+// Files that are not SentencePiece models: the message names the file and the flag, and none
+// of SentencePiece's status text ("Internal: ./src/sentencepiece_processor.cc(232) [...]").
+TEST(HostileInputs, NonModelTokenizerFilesGetOneCleanLine) {
+  const std::string dir = seqmix::testing::temp_dir("hostile-tok");
+  std::string random;
+  for (int i = 0; i < 4096; ++i) random += static_cast<char>((i * 7919 + 13) % 256);
+  std::ofstream(dir + "/random.model", std::ios::binary) << random;
+  const std::string text = seqmix::testing::tiny_corpus(dir);
+  for (const std::string& file : {dir + "/random.model", text}) {
+    const auto e = error_of([&] { data::Tokenizer::load(file); });
+    EXPECT_TRUE(contains(e, "tokenizer model '" + file + "' is not a SentencePiece model")) << e;
+    EXPECT_TRUE(contains(e, "--tokenizer")) << e;
+    EXPECT_FALSE(contains(e, "Internal")) << e;
+    EXPECT_FALSE(contains(e, ".cc(")) << e;
+    EXPECT_FALSE(contains(e, "ParseFromArray")) << e;
+  }
+  const auto r = run_cli("train --size tiny --max-len 16 --batch-size 2 --max-steps 1 --threads 1 "
+                         "--data " + text + " --tokenizer " + dir + "/random.model --out " + dir +
+                         "/run");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "is not a SentencePiece model")) << r.output;
+  EXPECT_FALSE(contains(r.output, "Internal")) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/run"));
+}
+
+// --config is read like --data: a FIFO or device is refused without blocking or reading forever,
+// and a file is at most 1 MiB.
+TEST(HostileInputs, ConfigFilesAreRegularAndSmall) {
+  const std::string dir = seqmix::testing::temp_dir("hostile-config");
+  const std::string fifo = dir + "/fifo.toml";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Through the command line, so a regression fails by the timeout instead of hanging.
+  for (const std::string& config : {fifo, std::string("/dev/zero")}) {
+    const auto r = run_cli("train --size tiny --max-steps 1 --config " + config + " --out " + dir +
+                               "/run",
+                           "timeout 60");
+    EXPECT_EQ(r.code, 1) << config << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "config file (--config): '" + config + "' is a")) << r.output;
+    EXPECT_TRUE(contains(r.output, "not a regular file")) << r.output;
+  }
+  std::ofstream(dir + "/big.toml") << "[model]\n" << std::string(2 << 20, '#') << "\n";
+  auto e = error_of([&] { train::resolve_config(dir + "/big.toml", {}); });
+  EXPECT_TRUE(contains(e, "config file '" + dir + "/big.toml' (--config) is " +
+                              std::to_string((2 << 20) + 9) +
+                              " bytes; a configuration is at most 1 MiB"))
+      << e;
+  e = error_of([&] { train::resolve_config(dir + "/missing.toml", {}); });
+  EXPECT_TRUE(contains(e, "config file (--config): cannot open '" + dir + "/missing.toml'")) << e;
+}
+
+// model.mixers repeats over the layers: a given pattern longer than model.n_layers is refused
+// (a 2,000,001-entry array was stored in config.toml), its names are checked, and a preset's
+// two-entry pattern with one layer still works.
+TEST(HostileInputs, MixerPatternsAreAtMostNLayersLong) {
+  const std::string dir = seqmix::testing::temp_dir("hostile-mixers");
+  std::string many = "model.mixers=[";
+  for (int i = 0; i < 5000; ++i) many += std::string(i ? "," : "") + "'aib'";
+  many += "]";
+  auto e = resolve_error({"model.size=tiny", many});
+  EXPECT_TRUE(contains(e, "model.mixers has 5000 entries but model.n_layers is 2: the pattern "
+                          "repeats over the layers, so it can have at most n_layers entries"))
+      << e;
+  std::ofstream(dir + "/c.toml") << "[model]\nn_layers = 1\nmixers = ['aib', 'attention']\n";
+  e = error_of([&] { train::resolve_config(dir + "/c.toml", {"model.size=tiny"}); });
+  EXPECT_TRUE(contains(e, "model.mixers has 2 entries but model.n_layers is 1")) << e;
+  e = resolve_error({"model.size=tiny", "model.mixers=['aib', 'mamba']"});
+  EXPECT_TRUE(contains(e, "model.mixers: unknown mixer 'mamba'")) << e;
+  // Presets: weird-net's pattern (aib, attention) on fewer layers is still a valid model.
+  const auto c = train::resolve_config("", {"model.size=tiny", "model.n_layers=1"});
+  EXPECT_EQ(c.model.mixers.size(), 2u);
+  EXPECT_EQ(train::resolve_config("", {"model.size=tiny", "model.n_layers=3",
+                                       "model.mixers=['aib', 'attention', 'aib']"})
+                .model.mixers.size(),
+            3u);
+}
+
+// A task's example counts are checked as configuration keys, not as a generator's flags.
+TEST(HostileInputs, TaskSizesNameTheirConfigKeys) {
+  const std::vector<std::string> listops = {"model.preset=weird-net-a", "data.task=listops"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), listops.begin(), listops.end());
+    return resolve_error(extra);
+  };
+  auto e = with({"data.train_examples=9000000000000"});
+  EXPECT_TRUE(contains(e, "data.train_examples: must be in [0, 100000000] examples")) << e;
+  EXPECT_TRUE(contains(e, "got 9000000000000")) << e;
+  EXPECT_FALSE(contains(e, "--train")) << e;
+  e = with({"data.test_examples=100000001"});
+  EXPECT_TRUE(contains(e, "data.test_examples: must be in [0, 100000000]")) << e;
+  // ListOps's token total (its generator's limit), named by the keys.
+  e = with({"data.train_examples=300000"});
+  EXPECT_TRUE(contains(e, "data.train_examples + data.valid_examples + data.test_examples: "
+                          "304000 ListOps sequences"))
+      << e;
+  EXPECT_FALSE(contains(e, "--train")) << e;
+  e = resolve_error({"model.preset=weird-net-a", "data.task=image", "data.valid_examples=60000"});
+  EXPECT_TRUE(contains(e, "data.valid_examples: must be below 60000 for task 'image'")) << e;
+  // A generated task whose examples cannot fit in memory (100000000 Path-X images of 16384
+  // pixels: 6.5 TB).
+  e = resolve_error({"model.preset=weird-net-a", "data.task=pathx",
+                     "data.train_examples=100000000"});
+  EXPECT_TRUE(contains(e, "data.train_examples + data.valid_examples + data.test_examples: "
+                          "100000000 examples of task 'pathx'"))
+      << e;
+  EXPECT_TRUE(contains(e, "of physical memory")) << e;
+}
+
+TEST(HostileInputs, LargeBlockCacheVariableIsBoundedAndChecked) {
+  EnvGuard guard("SEQMIX_LARGE_BLOCK_CACHE_MIB");
+  const int64_t ram_mib = util::physical_memory_bytes() >> 20;
+  ASSERT_GT(ram_mib, 0);
+  setenv("SEQMIX_LARGE_BLOCK_CACHE_MIB", "99999999", 1);
+  auto e = error_of([] { util::large_block_cache_limit_from_env(); });
+  EXPECT_TRUE(contains(e, "SEQMIX_LARGE_BLOCK_CACHE_MIB is 99999999 MiB, more than this "
+                          "machine's " + std::to_string(ram_mib) + " MiB of memory"))
+      << e;
+  for (const char* bad : {"-1", "abc", "", "12MB", " 5"}) {
+    setenv("SEQMIX_LARGE_BLOCK_CACHE_MIB", bad, 1);
+    e = error_of([] { util::large_block_cache_limit_from_env(); });
+    EXPECT_TRUE(contains(e, "SEQMIX_LARGE_BLOCK_CACHE_MIB: expected a whole number of MiB"))
+        << bad << ": " << e;
+  }
+  setenv("SEQMIX_LARGE_BLOCK_CACHE_MIB", std::to_string(ram_mib).c_str(), 1);
+  EXPECT_EQ(util::large_block_cache_limit_from_env(), ram_mib << 20);
+  setenv("SEQMIX_LARGE_BLOCK_CACHE_MIB", "0", 1);
+  EXPECT_EQ(util::large_block_cache_limit_from_env(), 0);
+  // The command line says the same.
+  const auto r = run_cli("info", "SEQMIX_LARGE_BLOCK_CACHE_MIB=99999999");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "SEQMIX_LARGE_BLOCK_CACHE_MIB is 99999999 MiB")) << r.output;
+}
+
+// A number TOML cannot hold is out of range, not "a string".
+TEST(HostileInputs, OutOfRangeNumbersInOverrides) {
+  auto e = resolve_error({"train.lr=1e400"});
+  EXPECT_TRUE(contains(e, "'train.lr': 1e400 is out of the range of a 64-bit float")) << e;
+  e = resolve_error({"train.lr=-1e400"});
+  EXPECT_TRUE(contains(e, "'train.lr': -1e400 is out of the range of a 64-bit float")) << e;
+  e = resolve_error({"model.d_model=99999999999999999999"});
+  EXPECT_TRUE(contains(e, "'model.d_model': 99999999999999999999 is out of the range of a 64-bit "
+                          "integer"))
+      << e;
+  EXPECT_FALSE(contains(e, "string")) << e;
+  // A float key takes a decimal integer TOML cannot hold as an integer.
+  EXPECT_DOUBLE_EQ(train::resolve_config("", {"train.lr=99999999999999999999"}).train.lr, 1e20);
+  // Words are still strings, unknown keys still unknown.
+  e = resolve_error({"train.schedule=1e400x"});
+  EXPECT_TRUE(contains(e, "train.schedule: must be cosine, linear or constant, got '1e400x'")) << e;
+  e = resolve_error({"train.nosuchkey=1e400"});
+  EXPECT_TRUE(contains(e, "unknown key 'train.nosuchkey'")) << e;
+}
+
+// A language model must be causal: refused by validate(), before anything is created, for
+// train and compare alike.
+TEST(HostileInputs, EncoderPresetsCannotBeLanguageModels) {
+  auto e = resolve_error({"model.preset=etsmlp", "model.size=tiny"});
+  EXPECT_TRUE(contains(e, "model.causal: a language model (data.task empty) needs model.causal = "
+                          "true (preset 'etsmlp' is an encoder for classification; use etsmlp-lm"))
+      << e;
+  e = resolve_error({"model.size=tiny", "model.causal=false"});
+  EXPECT_TRUE(contains(e, "model.causal: a language model")) << e;
+  train::RunConfig c;
+  c.model.causal = false;
+  e = error_of([&] { c.validate(); });
+  EXPECT_TRUE(contains(e, "model.causal")) << e;
+  // With a task the encoder is what is wanted.
+  EXPECT_FALSE(train::resolve_config("", {"model.preset=etsmlp", "data.task=listops"}).model.causal);
+  const std::string dir = seqmix::testing::temp_dir("hostile-causal");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  const auto r = run_cli("compare --size tiny --max-len 16 --batch-size 2 --threads 1 "
+                         "--max-steps 1 --data " + corpus + " --run a=etsmlp --out " + dir +
+                         "/cmp");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "model.causal")) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/cmp")) << r.output;
+}
+
+// Messages spell NaN as nan, never -nan.
+TEST(HostileInputs, NonFiniteValuesPrintAsNanAndInf) {
+  auto e = resolve_error({"train.lr=-nan"});
+  EXPECT_TRUE(contains(e, "got nan")) << e;
+  EXPECT_FALSE(contains(e, "-nan")) << e;
+  e = resolve_error({"model.dropout=-nan"});
+  EXPECT_TRUE(contains(e, "model.dropout: must be a number in [0, 1), got nan")) << e;
+  EXPECT_FALSE(contains(e, "-nan")) << e;
+  e = resolve_error({"train.beta1=-inf"});
+  EXPECT_TRUE(contains(e, "got -inf")) << e;
+  e = resolve_error({"model.ces_max_phase=-nan"});
+  EXPECT_TRUE(contains(e, "got nan")) << e;
+  EXPECT_FALSE(contains(e, "-nan")) << e;
+}
+
+TEST(HostileInputs, EmptySeqmixDataDirIsAnError) {
+  EnvGuard guard("SEQMIX_DATA_DIR");
+  setenv("SEQMIX_DATA_DIR", "", 1);
+  auto e = resolve_error({"model.size=tiny"});
+  EXPECT_TRUE(contains(e, "SEQMIX_DATA_DIR is set but empty")) << e;
+  // A given data.dir does not consult it.
+  EXPECT_EQ(train::resolve_config("", {"model.size=tiny", "data.dir='/some/where'"}).data.dir,
+            "/some/where");
+  unsetenv("SEQMIX_DATA_DIR");
+  EXPECT_EQ(train::resolve_config("", {"model.size=tiny"}).data.dir, "");
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ void ModelConfig::validate() const {
     if (v < lo) fail(key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
   };
   auto number = [](double v) {
+    if (std::isnan(v)) return std::string("nan");  // never "-nan"
+    if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
     std::ostringstream ss;
     ss << v;
     return ss.str();

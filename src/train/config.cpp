@@ -3,7 +3,12 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -13,6 +18,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/listops.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/task_presets.h"
@@ -319,11 +326,24 @@ std::string describe_key(const std::string& key) {
 
 namespace {
 
+// Like TOML and fmt: nan (never "-nan"), inf, -inf.
 std::string number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::ostringstream ss;
   ss << v;
   return ss.str();
 }
+
+// A non-negative whole number held in a double, all its digits ("100000000", not "1e+08").
+std::string whole(double v) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+// Examples per split of any task at most (ListOps's generator's bound, data/listops.h).
+constexpr int64_t kMaxTaskExamples = data::ListOpsOptions::kMaxSequences;
 
 [[noreturn]] void fail(const std::string& key, const std::string& what) {
   throw std::invalid_argument(describe_key(key) + ": " + what);
@@ -418,6 +438,35 @@ void RunConfig::validate() const {
                                     "' needs " + std::to_string(want) + " (" + why + "), got " +
                                     std::to_string(have));
     };
+    // Each split's count, bounded like ListOps's generator (a mistyped count would exhaust
+    // memory or run for hours), and the task's own limits, named by their keys.
+    const std::pair<const char*, int64_t> counts[] = {{"data.train_examples", d.train_examples},
+                                                      {"data.valid_examples", d.valid_examples},
+                                                      {"data.test_examples", d.test_examples}};
+    for (const auto& [key, v] : counts)
+      if (v > kMaxTaskExamples)
+        fail(key, "must be in [0, " + std::to_string(kMaxTaskExamples) +
+                      "] examples (0: the task's default), got " + std::to_string(v));
+    if (d.task == "listops") {
+      const data::ListOpsOptions defaults;
+      const int64_t total = (d.train_examples > 0 ? d.train_examples : defaults.train) +
+                            (d.valid_examples > 0 ? d.valid_examples : defaults.valid) +
+                            (d.test_examples > 0 ? d.test_examples : defaults.test);
+      const int64_t tokens = total * (defaults.max_length - 1);
+      if (tokens > data::ListOpsOptions::kMaxTotalTokens)
+        throw std::invalid_argument(
+            "data.train_examples + data.valid_examples + data.test_examples: " +
+            std::to_string(total) + " ListOps sequences of up to " +
+            std::to_string(defaults.max_length - 1) + " tokens may hold " + std::to_string(tokens) +
+            " tokens, more than the limit of " +
+            std::to_string(data::ListOpsOptions::kMaxTotalTokens) + " (at most " +
+            std::to_string(data::ListOpsOptions::kMaxTotalTokens / (defaults.max_length - 1)) +
+            " sequences in all; 0 counts as the default, 96000 / 2000 / 2000)");
+    }
+    if (d.task == "image" && d.valid_examples >= 60000)
+      fail("data.valid_examples",
+           "must be below 60000 for task 'image' (the validation split is cut from "
+           "Fashion-MNIST's 60000 training images), got " + std::to_string(d.valid_examples));
     need("vocab_size", model.vocab_size, info->vocab_size, "its token ids");
     need("n_classes", model.n_classes, info->n_classes, "its classes");
     need("cls_pair", model.cls_pair, info->pair, "1: pairs of sequences, 0: single sequences");
@@ -435,6 +484,16 @@ void RunConfig::validate() const {
   if (model.n_classes > 0)
     throw std::invalid_argument("model.n_classes: a classification head needs a task "
                                 "(data.task, --task); language modelling uses the LM head");
+  // Next-token prediction needs a model that cannot see the token it predicts.
+  if (!model.causal) {
+    const bool encoder_preset = model.preset == "etsmlp" || model.preset == "etsmlp-gate";
+    throw std::invalid_argument(
+        "model.causal: a language model (data.task empty) needs model.causal = true (" +
+        (encoder_preset ? "preset '" + model.preset + "' is an encoder for classification; use " +
+                              model.preset + "-lm"
+                        : std::string("set it to true")) +
+        ", or give a task with --task)");
+  }
   if (d.tokenizer == "bytes" && model.vocab_size != 256)
     throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
                                 "need 256, got " + std::to_string(model.vocab_size) +
@@ -528,6 +587,21 @@ void RunConfig::check_resources(bool training) const {
           ", more than this machine's " + human_bytes(physical) + " of physical memory");
     return;
   }
+  // A generated task holds its splits in memory: int32 tokens, max_len per example and tower.
+  if ((data.task == "pathfinder" || data.task == "pathx" || data.task == "listops") &&
+      physical > 0) {
+    const data::TaskInfo& info = data::task_info(data.task);
+    const double examples = static_cast<double>(data.train_examples) +
+                            static_cast<double>(data.valid_examples) +
+                            static_cast<double>(data.test_examples);
+    const double bytes = examples * static_cast<double>(info.max_len) * (info.pair ? 2 : 1) * 4;
+    if (!(bytes <= physical))
+      throw std::invalid_argument(
+          "data.train_examples + data.valid_examples + data.test_examples: " + whole(examples) +
+          " examples of task '" + data.task + "' (up to " + std::to_string(info.max_len) +
+          " tokens each) need up to " + human_bytes(bytes) + ", more than this machine's " +
+          human_bytes(physical) + " of physical memory");
+  }
   const MemoryEstimate e = estimate_training_memory();
   if (physical > 0 && !(e.total() <= physical)) {
     const auto& m = model;
@@ -548,16 +622,71 @@ void RunConfig::check_resources(bool training) const {
   }
 }
 
+namespace {
+
+// A configuration file is a few KB (to_toml writes ~2 KB); anything near this is a mistake.
+constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
+
+// The text of a --config file: a regular file (a FIFO or device is refused without blocking,
+// as data files are), at most kMaxConfigBytes.
+std::string read_config_file(const std::string& path) {
+  auto too_big = [&](uint64_t bytes) {
+    return std::runtime_error("config file '" + path + "' (--config) is " +
+                              std::to_string(bytes) +
+                              " bytes; a configuration is at most 1 MiB (1048576 bytes)");
+  };
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);  // stat only: a FIFO is never opened here
+  if (!ec && std::filesystem::is_regular_file(st)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxConfigBytes) throw too_big(size);
+  }
+  std::string text = data::read_regular_file(path, "config file (--config)");
+  if (text.size() > kMaxConfigBytes) throw too_big(text.size());  // grew while being read
+  return text;
+}
+
+// True if `v` has the shape of a TOML decimal number: [+-] digits [. digits] [e [+-] digits]
+// (underscores between digits allowed). Such a value that TOML does not parse is out of range.
+bool looks_numeric(const std::string& v, bool* integral) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) ||
+                            (v[i] == '_' && i > start)))
+      ++i;
+    return i > start;
+  };
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  if (!digits()) return false;
+  *integral = true;
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    *integral = false;
+    if (!digits()) return false;
+  }
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    *integral = false;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == v.size();
+}
+
+// The message for an override value shaped like a number that TOML could not represent.
+std::string out_of_range(const std::string& key, const std::string& value, bool integral) {
+  return "'" + key + "': " + value + " is out of the range of a 64-bit " +
+         (integral ? "integer (at most 9223372036854775807 in magnitude)" : "float");
+}
+
+}  // namespace
+
 RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
                          const RunConfig* base_in) {
   toml::table file;
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    if (!in) throw std::runtime_error("config file '" + config_path + "' cannot be opened");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    file = parse_toml(ss.str(), "config file '" + config_path + "'");
-  }
+  if (!config_path.empty())
+    file = parse_toml(read_config_file(config_path), "config file '" + config_path + "'");
   // Parse the overrides first: the preset they name decides the base configuration.
   std::vector<std::tuple<std::string, std::string, toml::table, std::string>> parsed;
   std::string family = file["model"]["preset"].value_or(std::string("weird-net"));
@@ -575,7 +704,27 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     try {
       v = toml::parse("v = " + value);
     } catch (const toml::parse_error&) {
-      v = toml::table{{"v", value}};  // a bare word is a string
+      // A number TOML cannot hold (1e400, 2^64): an integer key refuses it; a float key takes
+      // it if strtod can (99999999999999999999 is 1e20), else it is out of range.
+      bool integral = false;
+      const toml::table probe = to_table(RunConfig());
+      if (looks_numeric(value, &integral) && probe[section][key]) {
+        std::string plain;
+        for (const char ch : value)
+          if (ch != '_') plain += ch;
+        errno = 0;
+        char* end = nullptr;
+        const double x = std::strtod(plain.c_str(), &end);
+        const bool fits = errno != ERANGE && std::isfinite(x);
+        const std::string full = section + "." + key;
+        const bool float_key = probe[section][key].is_floating_point();
+        if (!integral && !fits) throw std::runtime_error(origin + ": " + out_of_range(full, value, false));
+        if (integral && !float_key) throw std::runtime_error(origin + ": " + out_of_range(full, value, true));
+        if (!fits) throw std::runtime_error(origin + ": " + out_of_range(full, value, false));
+        v = toml::table{{"v", x}};
+      } else {
+        v = toml::table{{"v", value}};  // a bare word is a string
+      }
     }
     if (section == "model" && key == "preset") family = v["v"].value_or(value);
     if (section == "model" && key == "size") size = v["v"].value_or(value);
@@ -618,6 +767,23 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   if (!config_path.empty()) merge_file(t, file, "config file '" + config_path + "'");
   for (const auto& [section, key, v, origin] : parsed) assign(t, section, key, *v.get("v"), origin);
   RunConfig c = from_table(t, "configuration");
+  // data.dir empty means the lookup through SEQMIX_DATA_DIR; set but empty, it is a mistake
+  // (an unexpanded shell variable), not "unset".
+  if (const char* env = std::getenv("SEQMIX_DATA_DIR"); c.data.dir.empty() && env && !*env)
+    throw std::runtime_error(
+        "SEQMIX_DATA_DIR is set but empty (it names the folder scripts/setup.sh fills, used when "
+        "data.dir / --data-dir is not given); set it to that folder, or unset it");
+  // A pattern given here (not a preset's) repeats over the layers: entries past n_layers would
+  // never be used, and a huge array would be stored in every config.toml and checkpoint.
+  bool mixers_given = !!file["model"]["mixers"];
+  for (const auto& [section, key, v, origin] : parsed)
+    mixers_given = mixers_given || (section == "model" && key == "mixers");
+  if (mixers_given && c.model.n_layers >= 1 &&
+      static_cast<int64_t>(c.model.mixers.size()) > c.model.n_layers)
+    throw std::runtime_error(
+        "invalid configuration: model.mixers has " + std::to_string(c.model.mixers.size()) +
+        " entries but model.n_layers is " + std::to_string(c.model.n_layers) +
+        ": the pattern repeats over the layers, so it can have at most n_layers entries");
   try {
     c.validate();
     c.check_resources();

@@ -80,7 +80,9 @@ struct RunConfig {
   static RunConfig from_toml(const std::string& text, const std::string& origin);
   /// Checks every key of every section, independently of the machine: sizes and counts in
   /// range, floating-point values finite (NaN and infinities are rejected) and in range, names
-  /// known, model and data consistent.
+  /// known, model and data consistent: a task's example counts at most 10^8 per split (and
+  /// the task's own limits: ListOps's token total, Fashion-MNIST's 60000 training images), a
+  /// language model (data.task empty) causal.
   /// @throws std::invalid_argument "<section.key> (<flag>): must be <what>, got <value>" for the
   ///         first invalid key (the flag only where one exists, see describe_key).
   void validate() const;
@@ -97,7 +99,8 @@ struct RunConfig {
 
   /// Checks the request against this machine, before anything is allocated:
   ///   - train.threads at most 4x the hardware threads (std::thread::hardware_concurrency);
-  ///   - training: estimate_training_memory().total() at most the physical memory;
+  ///   - training: estimate_training_memory().total() at most the physical memory, and a
+  ///     generated task's examples (data.*_examples x the task's max_len x 4 bytes) too;
   ///     otherwise (evaluating or generating from a stored configuration) the fp32 weights,
   ///     model.num_parameters_approx() x 4 bytes.
   /// resolve_config calls it for training (train, compare, resume); a command that loads a
@@ -115,9 +118,14 @@ struct RunConfig {
 std::string describe_key(const std::string& key);
 
 /// Resolves a run configuration (see file comment), then validate() and check_resources().
-/// @param config_path  TOML file or empty.
+/// @param config_path  TOML file or empty: a regular file (a FIFO or device is refused without
+///                     blocking, as data files are) of at most 1 MiB.
 /// @param overrides    "section.key=value" strings; the value is parsed as TOML (so strings
-///                     may be given bare), e.g. "train.lr=1e-3", "model.mixers=['aib']".
+///                     may be given bare), e.g. "train.lr=1e-3", "model.mixers=['aib']". A
+///                     number TOML cannot hold (1e400) is an error saying it is out of range.
+/// A model.mixers given by the file or an override may have at most model.n_layers entries
+/// (a preset's pattern is used as is). An empty data.dir with SEQMIX_DATA_DIR set but empty
+/// is an error naming the variable.
 /// @throws std::runtime_error naming the file, key or override that is wrong, or the keys of a
 ///         request this machine cannot meet.
 /// @param base         when given (resuming a run), the starting point instead of a preset.
