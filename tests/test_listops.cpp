@@ -244,6 +244,43 @@ TEST(ListOps, TooFewDistinctTreesIsAnErrorNotAHang) {
   EXPECT_EQ(static_cast<int64_t>(seqmix::data::generate_listops(o).train.size()), 410);
 }
 
+// Deep trees with many arguments (each operator has 501 arguments on average, a quarter of
+// them operators again) grow to max_length in a quarter of the draws and almost never land
+// in a length range: before the token limit, one of these ran for hours (a draw of up to
+// 10^6 tokens, 10^6 draws). Now an error naming the options, with why the draws failed.
+TEST(ListOps, TreesThatOutgrowMaxLengthAreAnErrorNotAnHour) {
+  for (int64_t min_length : {int64_t{999990}, int64_t{10}}) {
+    ListOpsOptions o;
+    o.train = o.valid = o.test = 1;
+    o.max_depth = ListOpsOptions::kMaxDepth;
+    o.max_args = ListOpsOptions::kMaxArgs;
+    o.min_length = min_length;
+    o.max_length = ListOpsOptions::kMaxLength;
+    ASSERT_NO_THROW(seqmix::data::validate(o)) << "inside validate's bounds";
+    const std::string msg = error_of(o);
+    EXPECT_EQ(msg.rfind("listops: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("draws in a row gave no new tree"), std::string::npos) << msg;
+    for (const std::string part :
+         {"--min-length " + std::to_string(min_length), std::string("--max-length 1000000"),
+          std::string("--max-depth 1000"), std::string("--max-args 1000"),
+          std::string("after 0 of 3"), std::string(" too long")})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(ListOps, CliRefusesTreesThatOutgrowMaxLengthWithoutCreatingTheFolder) {
+  const std::string dir = seqmix::testing::temp_dir("listops-cli-long");
+  const std::string out = dir + "/out";
+  const auto r = seqmix::testing::run_cli(
+      "data listops --train 1 --valid 1 --test 1 --max-depth 1000 --max-args 1000 "
+      "--min-length 999990 --max-length 1000000 --out " + out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("draws in a row gave no new tree"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(dir);
+}
+
 // Depth is handled without recursion: at the deepest allowed setting, with an argument count
 // that makes the trees' growth critical (a quarter of the nodes are operators with 4
 // arguments on average), long sequences nest far deeper than LRA's 10 levels.

@@ -174,23 +174,42 @@ ListOpsData generate_listops(const ListOpsOptions& o) {
   const int64_t total = o.train + o.valid + o.test;
   std::vector<int32_t> tokens;
   // A length range that few trees reach, or fewer distinct trees than requested (small
-  // depth and arity), would otherwise loop for ever: stop after this many draws in a row
-  // that add no tree.
-  int64_t failed = 0;
+  // depth and arity), would otherwise loop for ever, and trees that grow past max_length in
+  // most draws cost up to max_length tokens each: stop after kMaxFailedDraws draws or
+  // kMaxFailedTokens tokens in a row (more if the trees so far needed more) that add no tree.
+  // The counts only decide when to stop: the trees drawn are the same as without them.
+  int64_t failed = 0, short_draws = 0, long_draws = 0, failed_tokens = 0, drawn_tokens = 0;
   while (static_cast<int64_t>(seen.size()) < total) {
-    if (failed >= ListOpsOptions::kMaxFailedDraws)
+    const auto kept = static_cast<int64_t>(seen.size());
+    const int64_t token_limit =
+        std::max(ListOpsOptions::kMaxFailedTokens,
+                 kept == 0 ? 0 : ListOpsOptions::kFailedTokensPerTree * (drawn_tokens / kept));
+    if (failed >= ListOpsOptions::kMaxFailedDraws || failed_tokens >= token_limit)
       bad(std::to_string(failed) + " draws in a row gave no new tree with min_length < tokens < "
           "max_length (--min-length " + std::to_string(o.min_length) + ", --max-length " +
           std::to_string(o.max_length) + ", --max-depth " + std::to_string(o.max_depth) +
-          ", --max-args " + std::to_string(o.max_args) + ") after " +
-          std::to_string(seen.size()) + " of " + std::to_string(total) +
-          "; widen the length range, raise --max-depth/--max-args or ask for fewer sequences");
+          ", --max-args " + std::to_string(o.max_args) + ") after " + std::to_string(kept) +
+          " of " + std::to_string(total) + " (" + std::to_string(failed_tokens) +
+          " tokens; " + std::to_string(short_draws) + " draws too short, " +
+          std::to_string(long_draws) + " too long, " +
+          std::to_string(failed - short_draws - long_draws) +
+          " repeats); widen the length range, change --max-depth/--max-args (trees grow "
+          "like ((max_args + 2) / 8)^depth) or ask for fewer sequences");
     ++failed;
     const int32_t value = drawer.draw(tokens);
     const auto n = static_cast<int64_t>(tokens.size());
-    if (value < 0 || n <= o.min_length || n >= o.max_length) continue;
+    failed_tokens += n;
+    if (value < 0 || n >= o.max_length) {
+      ++long_draws;
+      continue;
+    }
+    if (n <= o.min_length) {
+      ++short_draws;
+      continue;
+    }
     if (!seen.insert(tokens).second) continue;
-    failed = 0;
+    drawn_tokens += failed_tokens;
+    failed = short_draws = long_draws = failed_tokens = 0;
     const auto k = static_cast<int64_t>(seen.size());
     auto& split = k <= o.train ? d.train : k <= o.train + o.valid ? d.valid : d.test;
     split.push_back({tokens, value, {}});

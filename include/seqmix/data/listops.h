@@ -42,10 +42,20 @@ struct ListOpsOptions {
   static constexpr int64_t kMaxTotalTokens = 500000000;
   /// Draws in a row that add no tree before generation gives up: a length range that almost
   /// no tree reaches, or fewer distinct trees than requested. Measured: LRA's settings need
-  /// 12 draws per tree (longest run without one over 1,000 trees: 110); max_depth 25 needs
-  /// 4,700 (longest run 54,000); from max_depth ~30 on, trees either stay short or outgrow
-  /// 2,000 tokens and no draw in 1,000,000 lands in LRA's range (about 7 s of drawing).
+  /// 12 draws per tree (longest run without one over 100,000 trees: 134); max_depth 25 needs
+  /// 4,700 (longest run over 1,000 trees: 54,000); max_depth 30 needs 46,000 (longest run
+  /// 297,000).
   static constexpr int64_t kMaxFailedDraws = 1000000;
+  /// Tokens drawn in a row that add no tree before generation gives up (about 1.5-2.5 s of
+  /// drawing), or kFailedTokensPerTree times the mean tokens drawn per tree so far if that is
+  /// more. A draw stops at max_length tokens, but with many arguments and deep trees almost
+  /// every draw grows that far: max_depth 1000, max_args 1000 draws 10^6 tokens in a quarter
+  /// of the draws and reaches 10 < tokens < 10^6 about once in 15,000 (4 * 10^9 tokens, a
+  /// minute). Measured longest runs: LRA's settings 12,000 tokens over 100,000 trees;
+  /// max_depth 25 15 million over 1,000 (1.35 million per tree on average); max_depth 30
+  /// 86 million over 1,000 (13 million per tree, which the second bound covers).
+  static constexpr int64_t kMaxFailedTokens = 100000000;
+  static constexpr int64_t kFailedTokensPerTree = 32;
 };
 
 using ListOpsData = LabelledSplits;
@@ -62,9 +72,11 @@ int64_t listops_max_tokens(int32_t max_depth, int32_t max_args, int64_t cap);
 
 /// Generates the three splits, iteratively (no recursion, whatever the depth). Deterministic
 /// for equal options.
-/// @throws std::invalid_argument as `validate`, or when kMaxFailedDraws draws in a row add no
-///         tree (the length range is practically unreachable, or fewer distinct trees exist
-///         than requested).
+/// @throws std::invalid_argument as `validate`, or when kMaxFailedDraws draws or
+///         kMaxFailedTokens tokens (see there) in a row add no tree: the length range is
+///         practically unreachable, or fewer distinct trees exist than requested. The message
+///         names the options and says how many of those draws were too short, too long or
+///         repeats.
 ListOpsData generate_listops(const ListOpsOptions& options);
 
 /// The readable form of a ListOps sequence, tokens separated by spaces ("[MAX 2 9 ]").
