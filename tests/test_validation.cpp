@@ -572,7 +572,9 @@ TEST(HostileInputs, OutOfRangeNumbersInOverrides) {
   EXPECT_FALSE(contains(e, "string")) << e;
   // A float key takes a decimal integer TOML cannot hold as an integer.
   EXPECT_DOUBLE_EQ(train::resolve_config("", {"train.lr=99999999999999999999"}).train.lr, 1e20);
-  // Words are still strings, unknown keys still unknown.
+  // Words are still strings, unknown keys still unknown, other non-TOML numbers a type error.
+  e = resolve_error({"model.d_model=007"});
+  EXPECT_TRUE(contains(e, "'model.d_model' must be an integer, got a string")) << e;
   e = resolve_error({"train.schedule=1e400x"});
   EXPECT_TRUE(contains(e, "train.schedule: must be cosine, linear or constant, got '1e400x'")) << e;
   e = resolve_error({"train.nosuchkey=1e400"});

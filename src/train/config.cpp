@@ -704,8 +704,9 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     try {
       v = toml::parse("v = " + value);
     } catch (const toml::parse_error&) {
-      // A number TOML cannot hold (1e400, 2^64): an integer key refuses it; a float key takes
-      // it if strtod can (99999999999999999999 is 1e20), else it is out of range.
+      // A number TOML cannot hold (1e400, 2^63 and more) is out of range, except that a float
+      // key takes a decimal integer beyond int64 (99999999999999999999 is 1e20). Anything
+      // else TOML refuses (a bare word, 007) stays a string, for the type check to report.
       bool integral = false;
       const toml::table probe = to_table(RunConfig());
       if (looks_numeric(value, &integral) && probe[section][key]) {
@@ -713,18 +714,17 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
         for (const char ch : value)
           if (ch != '_') plain += ch;
         errno = 0;
-        char* end = nullptr;
-        const double x = std::strtod(plain.c_str(), &end);
-        const bool fits = errno != ERANGE && std::isfinite(x);
-        const std::string full = section + "." + key;
+        const double x = std::strtod(plain.c_str(), nullptr);
+        const bool overflow = errno == ERANGE && std::isinf(x);
+        const bool beyond_int64 = integral && !(std::fabs(x) < 9223372036854775808.0);
         const bool float_key = probe[section][key].is_floating_point();
-        if (!integral && !fits) throw std::runtime_error(origin + ": " + out_of_range(full, value, false));
-        if (integral && !float_key) throw std::runtime_error(origin + ": " + out_of_range(full, value, true));
-        if (!fits) throw std::runtime_error(origin + ": " + out_of_range(full, value, false));
-        v = toml::table{{"v", x}};
-      } else {
-        v = toml::table{{"v", value}};  // a bare word is a string
+        const std::string full = section + "." + key;
+        if (overflow || (beyond_int64 && !float_key))
+          throw std::runtime_error(origin + ": " +
+                                   out_of_range(full, value, integral && !float_key));
+        if (beyond_int64) v = toml::table{{"v", x}};
       }
+      if (!v.contains("v")) v = toml::table{{"v", value}};  // a bare word is a string
     }
     if (section == "model" && key == "preset") family = v["v"].value_or(value);
     if (section == "model" && key == "size") size = v["v"].value_or(value);
