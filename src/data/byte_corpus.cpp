@@ -86,6 +86,12 @@ std::vector<fs::path> list_files(const fs::path& dir, const std::string& ext,
 
 std::string resolve_data_dir(const std::string& dir) {
   if (!dir.empty() && (dir != "data" || is_folder(dir))) return dir;
+  // Set but empty is a mistake (an unexpanded shell variable), not "unset".
+  if (const char* v = std::getenv(kDataEnv); v && !*v)
+    throw std::runtime_error(std::string(kDataEnv) +
+                             " is set but empty (it names the folder scripts/setup.sh fills, "
+                             "used when data.dir / --data-dir is not given); set it to that "
+                             "folder, or unset it");
   const std::string env = env_data_dir();
   if (!env.empty()) {
     if (!is_folder(env))

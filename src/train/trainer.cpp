@@ -679,6 +679,12 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
   };
   if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
+  // A configuration built in code has not been through resolve_config's checks.
+  try {
+    requested.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("invalid configuration: ") + e.what());
+  }
   if (options.resume && options.overwrite)
     throw std::runtime_error("--resume continues the run in the folder and --overwrite replaces "
                              "it: give one of them");

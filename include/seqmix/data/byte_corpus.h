@@ -25,11 +25,12 @@ namespace seqmix::data {
 ///   `dir` not empty: `dir` as is (relative paths against the working directory), except that
 ///     "data", the default of older configurations, falls back to the lookup below when no
 ///     ./data folder exists;
-///   `dir` empty: $SEQMIX_DATA_DIR when it is set and not empty, which must be an existing
-///     folder; else the `data` folder of the source tree this library was built from
+///   `dir` empty: $SEQMIX_DATA_DIR when it is set, which must be an existing folder (set but
+///     empty is an error); else the `data` folder of the source tree this library was built from
 ///     (SEQMIX_DEFAULT_DATA_DIR, compiled in), whatever the working directory.
 /// Loaders call it only when they need the folder, so a configuration stores "" (portable).
-/// @throws std::runtime_error naming SEQMIX_DATA_DIR if it is set but not an existing folder.
+/// @throws std::runtime_error naming SEQMIX_DATA_DIR if it is set but empty, or not an existing
+///         folder.
 std::string resolve_data_dir(const std::string& dir);
 
 /// For messages about missing data: which folder resolve_data_dir(dir) chose, why, and how to
