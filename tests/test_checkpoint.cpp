@@ -2,6 +2,7 @@
 // refused by eval, generate and train --resume with one message naming the checkpoint, and
 // leaves the run folder as it was.
 #include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
 #include <zip.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "seqmix/models/presets.h"
+#include "seqmix/train/checkpoint.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
 
@@ -330,6 +333,167 @@ TEST_F(CorruptCheckpoint, CodeThatIsNotADeclaration) {
   expect_refused(make_run("code", entries), "is corrupt: code 'archive/code/__torch__.py' line ");
 }
 
+TEST_F(CorruptCheckpoint, ArchiveFormatVersion) {
+  // LibTorch 1.13 writes version 3 and reads 1..10; outside that it throws an "[enforce fail at
+  // inline_container.cc:165] ... please upgrade PyTorch" that is not shown.
+  auto entries = read_zip(good_);
+  ASSERT_EQ(entry(entries, "archive/version").bytes, "3\n");
+  entry(entries, "archive/version").bytes = "99\n";
+  expect_refused(make_run("version99", entries),
+                 "' has archive format version 99; this seqmix reads versions 1..10");
+  // std::stoull, which LibTorch parses it with, would take "-1" as 2^64 - 1 and " 3x" as 3.
+  for (const auto& [text, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"0", "' has archive format version 0; this seqmix reads versions 1..10"},
+           {"-1\n", "' is corrupt: its version record 'archive/version' is not a decimal number"},
+           {" 3x\n", "' is corrupt: its version record 'archive/version' is not a decimal number"},
+           {"\n", "' is corrupt: its version record 'archive/version' is not a decimal number"}}) {
+    entry(entries, "archive/version").bytes = text;
+    const std::string run = make_run("version_text", entries);
+    const auto r = run_cli("eval " + run + " --threads 1");
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("checkpoint '" + run + "/checkpoint.pt" + expect), std::string::npos)
+        << r.output;
+  }
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [](const Entry& e) { return e.name == "archive/version"; }),
+                entries.end());
+  expect_refused(make_run("no_version", entries),
+                 "is corrupt: entry 'archive/version' is missing");
+}
+
+// The configuration text stored in data.pkl (a BINUNICODE string) with `from` replaced by `to`.
+std::string edit_config(std::string pkl, const std::string& from, const std::string& to) {
+  for (const auto& [b, e] : pickle_ops(pkl)) {
+    if (pkl[b] != 'X') continue;
+    std::string text = pkl.substr(b + 5, e - b - 5);
+    if (text.find("[model]") == std::string::npos) continue;
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at == std::string::npos) return pkl;
+    text.replace(at, from.size(), to);
+    std::string op = "X";
+    for (int k = 0; k < 4; ++k) op.push_back(static_cast<char>((text.size() >> (8 * k)) & 0xff));
+    return pkl.replace(b, e - b, op + text);
+  }
+  ADD_FAILURE() << "no configuration in data.pkl";
+  return pkl;
+}
+
+TEST_F(CorruptCheckpoint, WeightsOfAnotherNumberOfLayers) {
+  // Module::load reads the tensors the model has and ignores the rest: a configuration edited
+  // to one layer ran a 1-layer model from a 2-layer archive, silently.
+  auto entries = read_zip(good_);
+  std::string& pkl = entry(entries, "archive/data.pkl").bytes;
+  const std::string good_pkl = pkl;
+  pkl = edit_config(edit_config(good_pkl, "n_layers = 2\n", "n_layers = 1\n"),
+                    "mixers = [ 'aib', 'attention' ]", "mixers = [ 'aib' ]");
+  const std::string run = make_run("fewer_layers", entries);
+  expect_refused(run, "' holds tensor 'blocks.1.");
+  const auto r = run_cli("eval " + run + " --threads 1");
+  EXPECT_NE(r.output.find("' that a model with this configuration does not have\n"),
+            std::string::npos)
+      << r.output;
+  // And the other way: a model with a third layer whose weights the archive lacks.
+  pkl = edit_config(good_pkl, "n_layers = 2\n", "n_layers = 3\n");
+  expect_refused(make_run("more_layers", entries), "' lacks parameter 'blocks.2.");
+}
+
+TEST_F(CorruptCheckpoint, LibTorchTextIsNotShown) {
+  // The RNG state, read only on resume, cut to 100 bytes (inside its storage): LibTorch's
+  // "Expected either a CPUGeneratorImplStateLegacy of size ..." becomes our wording.
+  auto entries = read_zip(good_);
+  std::string& pkl = entry(entries, "archive/data.pkl").bytes;
+  const std::string byte_storage = "ctorch\nByteStorage\n";
+  const auto global = pkl.rfind(byte_storage);
+  ASSERT_NE(global, std::string::npos);
+  std::string key;
+  for (const auto& [b, e] : pickle_ops(pkl))
+    if (b > global && pkl[b] == 'X') {
+      key = pkl.substr(b + 5, e - b - 5);
+      break;
+    }
+  const Layout l = find_layout(pkl, key);
+  ASSERT_EQ(l.sizes.size(), 1u);
+  ASSERT_GT(int_value(pkl, l.sizes[0]), 100);
+  pkl = set_ints(pkl, {{l.sizes[0], 100}});
+  const std::string run = make_run("rng", entries);
+  const auto r = run_cli("train --resume --size tiny --max-len 32 --batch-size 4 --max-steps 6 "
+                         "--threads 1 --data " + corpus_ + " --out " + run);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint '" + run + "/checkpoint.pt' is corrupt (LibTorch cannot "
+                          "load its RNG state)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("Expected"), std::string::npos) << r.output;
+  // eval and generate do not read it.
+  EXPECT_EQ(run_cli("eval " + run + " --threads 1").code, 0);
+}
+
+// Loading is exact (every stored tensor belongs to the model and every parameter and buffer is
+// stored): each kind of model, saved with its optimizer state, loads back into one built from
+// its own configuration, and not into one with a layer more or less.
+TEST(Checkpoint, EveryKindOfModelLoadsExactly) {
+  const std::string dir = seqmix::testing::temp_dir("checkpoint-kinds");
+  std::vector<std::pair<std::string, seqmix::models::ModelConfig>> kinds;
+  for (const std::string family : {"weird-net", "weird-net-a", "moss", "transformer"})
+    kinds.emplace_back(family, seqmix::models::make_model_config(family, "tiny"));
+  auto base = seqmix::models::make_model_config("weird-net", "tiny");
+  auto add = [&](const std::string& name, auto edit) {
+    auto c = base;
+    edit(c);
+    kinds.emplace_back(name, c);
+  };
+  add("extractor", [](auto& c) { c.mixers = {"extractor", "attention"}; });
+  add("etsmlp", [](auto& c) { c.mixers = {"etsmlp"}; });
+  add("batchnorm", [](auto& c) {
+    c.mixers = {"etsmlp"};
+    c.norm_type = "batch";
+  });
+  add("bare", [](auto& c) {
+    c.norm = false;
+    c.bias = false;
+    c.tie_embeddings = false;
+  });
+  add("classifier", [](auto& c) {
+    c.causal = false;
+    c.n_classes = 2;  // retrieval's
+    c.cls_pair = true;
+  });
+  for (auto& [name, model_config] : kinds) {
+    SCOPED_TRACE(name);
+    model_config.max_len = 16;
+    seqmix::train::RunConfig c;
+    c.model = model_config;
+    if (c.model.n_classes > 0) c.data.task = "retrieval";
+    torch::manual_seed(1);
+    seqmix::models::SequenceModel m(c.model);
+    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-3));
+    for (auto& p : m->parameters()) p.mutable_grad() = at::ones_like(p);
+    opt.step();
+    const std::string path = dir + "/" + name + ".pt";
+    seqmix::train::save_checkpoint(path, m, &opt, c, 1);
+    seqmix::models::SequenceModel m2(seqmix::train::read_checkpoint_config(path).model);
+    torch::optim::AdamW opt2(m2->parameters(), torch::optim::AdamWOptions(1e-3));
+    EXPECT_NO_THROW(seqmix::train::load_checkpoint(path, m2, &opt2));
+    for (const int64_t layers : {c.model.n_layers - 1, c.model.n_layers + 1}) {
+      auto other = c.model;
+      other.n_layers = layers;
+      if (other.mixers.size() > static_cast<size_t>(layers)) other.mixers.resize(1);
+      seqmix::models::SequenceModel m3(other);
+      try {
+        seqmix::train::load_checkpoint(path, m3, nullptr);
+        ADD_FAILURE() << layers << " layers: no error";
+      } catch (const std::runtime_error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(layers < c.model.n_layers ? "' holds tensor 'blocks."
+                                                      : "' lacks parameter 'blocks."),
+                  std::string::npos)
+            << what;
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
 
 // Inputs of fuzz/fuzz_checkpoint (mutations inside a valid archive, tests/data/fuzz) that read
 // a null storage or past a tensor record before the contents were checked.

@@ -3,12 +3,15 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize/archive.h>
+#include <caffe2/serialize/versions.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -33,15 +36,15 @@ std::string first_line(const std::string& s) {
   return nl == std::string::npos ? s.substr(b) : s.substr(b, nl - b);
 }
 
-std::string brief(const std::exception& e) {
-  if (const auto* c = dynamic_cast<const c10::Error*>(&e))
-    return first_line(c->what_without_backtrace());
-  return first_line(e.what());
-}
-
 std::runtime_error corrupt_checkpoint(const std::string& path, const std::string& why) {
   return std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" + why +
                             ")");
+}
+
+// A part of the checkpoint that LibTorch could not load into the model or optimizer.
+std::runtime_error corrupt_checkpoint_state(const std::string& path, const std::string& what) {
+  return std::runtime_error("checkpoint '" + path + "' is corrupt (LibTorch cannot load its " +
+                            what + ")");
 }
 
 // A checkpoint whose zip is sound but whose contents are not.
@@ -722,6 +725,36 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The archive format version, as LibTorch's reader takes it (PyTorchStreamReader::init): the
+// decimal number in `.data/version` if the archive has one, else in `version`. LibTorch 1.13
+// writes kMinProducedFileFormatVersion (3) for an archive of tensors and reads
+// kMinSupportedFileFormatVersion..kMaxSupportedFileFormatVersion (1..10); outside that range it
+// throws its own "please upgrade PyTorch" error, and it parses the record with std::stoull,
+// which takes a sign, leading blanks and trailing text. Only the digits LibTorch writes (and
+// its newline) are accepted here.
+void verify_version(const std::string& path, const ZipEntries& zip) {
+  std::string record = zip.prefix + ".data/version";
+  if (!zip.texts.count(record)) record = zip.prefix + "version";
+  const auto it = zip.texts.find(record);
+  if (it == zip.texts.end())
+    throw corrupt_contents(path, "entry '" + record + "' is missing");
+  std::string text = it->second;
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  const bool digits = !text.empty() && text.size() <= 40 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits)
+    throw corrupt_contents(path, "its version record '" + record + "' is not a decimal number");
+  const size_t nz = std::min(text.find_first_not_of('0'), text.size() - 1);
+  const std::string shown = text.substr(nz);  // "003" -> "3", "0" stays
+  constexpr uint64_t lo = caffe2::serialize::kMinSupportedFileFormatVersion;
+  constexpr uint64_t hi = caffe2::serialize::kMaxSupportedFileFormatVersion;
+  const bool in_range = shown.size() <= 18 && std::stoull(shown) >= lo && std::stoull(shown) <= hi;
+  if (!in_range)
+    throw std::runtime_error("checkpoint '" + path + "' has archive format version " + shown +
+                             "; this seqmix reads versions " + std::to_string(lo) + ".." +
+                             std::to_string(hi));
+}
+
 // Everything LibTorch will read from the archive, checked before it reads it (see above).
 void verify_contents(const std::string& path, const ZipEntries& zip) {
   const std::string& p = zip.prefix;
@@ -813,14 +846,16 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
   if (!fs::is_regular_file(path))
     throw std::runtime_error("checkpoint '" + path + "' does not exist");
   const ZipEntries zip = verify_archive(path);
+  verify_version(path, zip);
   verify_contents(path, zip);
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path);
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     // c10::Error, or torch::jit::ErrorReport when a corrupt archive names unknown types
-    // (found by fuzz/fuzz_checkpoint).
-    throw corrupt_checkpoint(path, brief(e));
+    // (found by fuzz/fuzz_checkpoint). Its text (an "[enforce fail at ...]", a TorchScript
+    // source excerpt) says nothing a user can act on: our own wording only.
+    throw corrupt_checkpoint(path, "LibTorch cannot read its archive");
   }
   c10::IValue format;
   if (!ar.try_read("format", format) || !format.isString() || format.toStringRef() != kFormat)
@@ -941,17 +976,34 @@ data::Tokenizer CheckpointFile::tokenizer() {
 }
 
 namespace {
-// The checkpoint's weights against the model's own, before loading them: each stored parameter
-// and buffer has the model's dtype and shape, and parameters hold only finite values.
+// The checkpoint's weights against the model's own, before loading them: the checkpoint holds
+// exactly the model's parameters and buffers (Module::load reads the ones the model has and
+// ignores any others, so a configuration edited to fewer layers would silently drop the
+// rest), each with the model's dtype and shape, and parameters hold only finite values.
 void check_model_tensors(const std::string& path, const c10::IValue& stored_model,
                          models::SequenceModel& model) {
   std::vector<std::pair<std::string, at::Tensor>> stored;
   collect_tensors(stored_model, "", stored);
   std::unordered_map<std::string, at::Tensor> by_name(stored.begin(), stored.end());
+  std::unordered_map<std::string, const char*> mine;
+  for (const auto& p : model->named_parameters()) mine.emplace(p.key(), "parameter");
+  for (const auto& b : model->named_buffers()) mine.emplace(b.key(), "buffer");
+  for (const auto& [key, t] : stored)
+    if (!mine.count(key))
+      throw std::runtime_error("checkpoint '" + path + "' holds tensor '" + key +
+                               "' that a model with this configuration does not have");
+  for (const auto& p : model->named_parameters())
+    if (!by_name.count(p.key()))
+      throw std::runtime_error("checkpoint '" + path + "' lacks parameter '" + p.key() +
+                               "' that a model with this configuration has");
+  for (const auto& b : model->named_buffers())
+    if (!by_name.count(b.key()))
+      throw std::runtime_error("checkpoint '" + path + "' lacks buffer '" + b.key() +
+                               "' that a model with this configuration has");
   auto check = [&](const std::string& key, const at::Tensor& mine, const char* what) {
-    const auto it = by_name.find(key);
-    if (it == by_name.end()) return;  // Module::load names a missing one
-    const at::Tensor& t = it->second;
+    const at::Tensor& t = by_name.at(key);
+    if (!t.defined())
+      throw corrupt_contents(path, std::string(what) + " 'model/" + key + "' holds no tensor");
     if (t.scalar_type() != mine.scalar_type())
       throw corrupt_contents(path, std::string(what) + " 'model/" + key + "' holds " +
                                        c10::toString(t.scalar_type()) + " values but the model's " +
@@ -1020,39 +1072,48 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
     if (!std::isfinite(*train_seconds) || *train_seconds < 0) *train_seconds = 0.0;
   }
   c10::IValue stored_model;
-  if (archive_.try_read("model", stored_model) && stored_model.isObject())
-    check_model_tensors(path_, stored_model, model);
-  try {
+  if (!archive_.try_read("model", stored_model) || !stored_model.isObject())
+    throw std::runtime_error("checkpoint '" + path_ + "' holds no model weights");
+  check_model_tensors(path_, stored_model, model);
+  // Runs one of LibTorch's readers; what it throws (an "[enforce fail at ...]", "No such
+  // serialized tensor", a state dict's group sizes) is replaced by our own wording.
+  auto libtorch = [&](const char* what, const std::function<void()>& read) {
+    try {
+      read();
+    } catch (const std::exception&) {  // c10::Error, torch::jit::ErrorReport, ...
+      throw corrupt_checkpoint_state(path_, what);
+    }
+  };
+  // Module::load adopts whatever shape it reads; a silent resize would hide an incompatible
+  // checkpoint, so compare against the shapes the config gave the model (as checked above).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (const auto& p : model->named_parameters())
+    expected.emplace_back(p.key(), p.value().sizes().vec());
+  libtorch("model weights", [&] {
     torch::serialize::InputArchive model_ar;
     archive_.read("model", model_ar);
-    // Module::load adopts whatever shape it reads; a silent resize would hide an
-    // incompatible checkpoint, so compare against the shapes the config gave the model.
-    std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
-    for (const auto& p : model->named_parameters())
-      expected.emplace_back(p.key(), p.value().sizes().vec());
     model->load(model_ar);
-    auto params = model->named_parameters();
-    for (const auto& [key, shape] : expected) {
-      const at::Tensor& t = params[key];
-      if (t.sizes().vec() != shape)
-        throw std::runtime_error("parameter '" + key + "' has shape " + c10::str(t.sizes()) +
-                                 " in the checkpoint but " + c10::str(at::IntArrayRef(shape)) +
-                                 " in the model");
-    }
-    if (optimizer) {
-      torch::serialize::InputArchive opt_ar;
-      archive_.read("optimizer", opt_ar);
-      optimizer->load(opt_ar);
-      at::Tensor rng;
-      archive_.read("rng", rng);
+  });
+  auto params = model->named_parameters();
+  for (const auto& [key, shape] : expected) {
+    const at::Tensor& t = params[key];
+    if (t.sizes().vec() != shape)
+      throw std::runtime_error("checkpoint '" + path_ + "' does not fit this model: parameter '" +
+                               key + "' has shape " + c10::str(t.sizes()) +
+                               " in the checkpoint but " + c10::str(at::IntArrayRef(shape)) +
+                               " in the model");
+  }
+  if (optimizer) {
+    torch::serialize::InputArchive opt_ar;
+    at::Tensor rng;
+    if (!archive_.try_read("optimizer", opt_ar) || !archive_.try_read("rng", rng))
+      throw std::runtime_error("checkpoint '" + path_ +
+                               "' holds no optimizer state: it cannot be resumed");
+    libtorch("optimizer state", [&] { optimizer->load(opt_ar); });
+    libtorch("RNG state", [&] {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       gen.set_state(rng);
-    }
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("checkpoint '" + path_ + "' does not fit this model: " + e.what());
-  } catch (const std::exception& e) {  // c10::Error, torch::jit::ErrorReport, ...
-    throw std::runtime_error("checkpoint '" + path_ + "' does not fit this model (" + brief(e) +
-                             ")");
+    });
   }
   if (optimizer) check_optimizer_state(path_, *optimizer, model);
   return step.toInt();

@@ -39,25 +39,33 @@ data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 /// model built from read_checkpoint_config(path). Returns the step stored; if
 /// `train_seconds` is given, sets it to the run's wall time stored with it (0 for checkpoints
 /// written before seqmix recorded it).
-/// @throws std::runtime_error naming the path and the mismatch: a parameter or buffer whose
-///         dtype or shape is not the model's, a parameter holding NaN or infinity ("holds
-///         non-finite values in parameter 'Y'"), optimizer moments that do not match their
-///         parameter or are not finite, or a corrupt archive (see CheckpointFile).
+/// Loading is exact: every tensor stored for the model is one of its parameters or buffers
+/// and every one of those is stored.
+/// @throws std::runtime_error naming the path and the mismatch: a stored tensor the model does
+///         not have ("holds tensor 'blocks.1.mixer.qkv.weight' that a model with this
+///         configuration does not have"), a parameter or buffer it lacks ("lacks parameter
+///         'Y' that a model with this configuration has"), a parameter or buffer whose dtype or
+///         shape is not the model's, a parameter holding NaN or infinity ("holds non-finite
+///         values in parameter 'Y'"), optimizer moments that do not match their parameter or
+///         are not finite, or a corrupt archive (see CheckpointFile). What LibTorch throws while
+///         reading is not passed on: "is corrupt (LibTorch cannot load its optimizer state)".
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
                         torch::optim::Optimizer* optimizer, double* train_seconds = nullptr);
 
-/// A checkpoint opened once: its archive is verified (zip structure, every entry's CRC-32),
-/// its contents are checked before LibTorch reads them (every pickle well formed, every
-/// storage's `data/N` record exactly as large as its element count needs, every tensor's
-/// sizes, strides and offset inside its storage, the TorchScript code plain declarations),
-/// then parsed in the constructor, and config(), tokenizer() and load() read from that. The
+/// A checkpoint opened once: its archive is verified (zip structure, every entry's CRC-32,
+/// the archive format version), its contents are checked before LibTorch reads them (every
+/// pickle well formed, every storage's `data/N` record exactly as large as its element count
+/// needs, every tensor's sizes, strides and offset inside its storage, the TorchScript code
+/// plain declarations), then parsed in the constructor, and config(), tokenizer() and load() read from that. The
 /// free functions above each open the file anew; a caller that needs more than one part
 /// (resume, eval, generate) opens it once here.
 class CheckpointFile {
  public:
   /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint,
-  ///         corrupt ("checkpoint 'X' is corrupt: tensor 'model/pos_emb' needs 8192 bytes but
-  ///         its storage 'archive/data/0' holds 100"), or holds an invalid configuration.
+  ///         of an archive format version LibTorch 1.13 cannot read ("checkpoint 'X' has
+  ///         archive format version 99; this seqmix reads versions 1..10"), corrupt
+  ///         ("checkpoint 'X' is corrupt: tensor 'model/pos_emb' needs 8192 bytes but its
+  ///         storage 'archive/data/0' holds 100"), or holds an invalid configuration.
   explicit CheckpointFile(std::string path);
   const RunConfig& config() const { return config_; }
   /// As read_checkpoint_tokenizer().
