@@ -9,11 +9,16 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "seqmix/data/pathfinder.h"
+#include "support/cli.h"
+#include "support/gradcheck.h"
 
 namespace {
 
@@ -21,6 +26,7 @@ using seqmix::data::generate_pathfinder;
 using seqmix::data::LabelledSplits;
 using seqmix::data::pathfinder_options;
 using seqmix::data::pathfinder_to_pgm;
+using seqmix::data::PathfinderExport;
 using seqmix::data::PathfinderImage;
 using seqmix::data::PathfinderOptions;
 using seqmix::data::render_pathfinder_example;
@@ -174,6 +180,92 @@ TEST(Pathfinder, ValidatesOptions) {
     o.*field = -1;
     EXPECT_THROW(generate_pathfinder(o), std::invalid_argument);
   }
+}
+
+// The side is bounded (LRA's sides are 32, 64, 128 and 256): 100000 used to allocate 10^10
+// pixels and fail with "out of memory".
+TEST(Pathfinder, ResolutionIsBounded) {
+  for (int32_t r : {15, 257, 100000, -1}) {
+    try {
+      pathfinder_options(r);
+      ADD_FAILURE() << "accepted resolution " << r;
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("resolution (--resolution) must be in [16, 256]"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("got " + std::to_string(r)), std::string::npos) << msg;
+    }
+    PathfinderOptions o;
+    o.resolution = r;
+    EXPECT_THROW(render_pathfinder_example(o, 0, 1), std::invalid_argument) << r;
+    o.train = o.valid = o.test = 1;
+    EXPECT_THROW(generate_pathfinder(o), std::invalid_argument) << r;
+  }
+  EXPECT_EQ(pathfinder_options(PathfinderOptions::kMaxResolution).resolution, 256);
+}
+
+// The options of `seqmix data pathfinder`, each error naming its flag.
+TEST(Pathfinder, ExportOptionsAreBounded) {
+  auto error_of = [](int32_t resolution, int64_t count, int64_t seed) -> std::string {
+    try {
+      seqmix::data::validate_pathfinder_export(resolution, count, seed);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(32, 1, 0), "");
+  EXPECT_EQ(error_of(32, 100000, 10000000000000), "");
+  EXPECT_EQ(error_of(128, 100000, 0), "");  // 1.6 * 10^9 pixels
+  EXPECT_EQ(error_of(256, 32768, 0), "");   // 2^31 pixels
+  struct Case {
+    int32_t resolution;
+    int64_t count, seed;
+    const char* expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {100000, 16, 0, "resolution (--resolution) must be in [16, 256] pixels"},
+           {32, 0, 0, "--count must be in [1, 100000] images, got 0"},
+           {32, -5, 0, "--count must be in [1, 100000] images, got -5"},
+           {32, 1000000000, 0, "--count must be in [1, 100000] images, got 1000000000"},
+           {32, 16, -1, "--seed must be in [0, 10000000000000], got -1"},
+           {32, 16, 10000000000001, "--seed must be in [0, 10000000000000], got 10000000000001"},
+           {32, 16, std::numeric_limits<int64_t>::max(), "--seed must be in [0, "},
+           {256, 32769, 0, "lower --count or --resolution"},
+           {256, 100000, 0, "--count 100000 images of --resolution 256 hold 6553600000 pixels"},
+       }) {
+    const std::string msg = error_of(c.resolution, c.count, c.seed);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in '"
+                                                     << msg << "'";
+    EXPECT_EQ(msg.rfind("pathfinder: ", 0), 0u) << msg;
+  }
+  // Example seeds: seed * 1000003 + index, without wrapping up to the bounds.
+  EXPECT_EQ(seqmix::data::pathfinder_export_seed(0, 7), 7u);
+  EXPECT_EQ(seqmix::data::pathfinder_export_seed(3, 5), 3u * 1000003u + 5u);
+  const uint64_t last = seqmix::data::pathfinder_export_seed(
+      PathfinderExport::kMaxSeed, PathfinderExport::kMaxCount - 1);
+  EXPECT_EQ((last - (PathfinderExport::kMaxCount - 1)) / 1000003u,
+            static_cast<uint64_t>(PathfinderExport::kMaxSeed));
+  EXPECT_LT(PathfinderExport::kMaxCount, 1000003);  // consecutive seeds' images never meet
+}
+
+TEST(Pathfinder, CliRefusesBadExportOptionsWithoutCreatingTheFolder) {
+  const std::string dir = seqmix::testing::temp_dir("pathfinder-cli");
+  const std::string out = dir + "/out";
+  for (const auto& [flags, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"--resolution 100000", "--resolution"},
+           {"--resolution 8", "--resolution"},
+           {"--count 1000000000", "--count"},
+           {"--count 0", "--count"},
+           {"--seed -1", "--seed"},
+       }) {
+    const auto r = seqmix::testing::run_cli("data pathfinder --out " + out + " " + flags);
+    EXPECT_EQ(r.code, 1) << flags << ": " << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << flags << ": " << r.output;
+    EXPECT_EQ(r.output.find("out of memory"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << flags;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Pathfinder, DeterministicSizesRangeBalance) {

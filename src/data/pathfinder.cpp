@@ -71,7 +71,11 @@ void validate(const PathfinderOptions& o) {
   auto fail = [](const std::string& what) {
     throw std::invalid_argument("pathfinder: invalid option " + what);
   };
-  if (o.resolution < 16) fail("resolution (must be >= 16)");
+  if (o.resolution < PathfinderOptions::kMinResolution ||
+      o.resolution > PathfinderOptions::kMaxResolution)
+    fail("resolution (must be in [" + std::to_string(PathfinderOptions::kMinResolution) + ", " +
+         std::to_string(PathfinderOptions::kMaxResolution) + "]), got " +
+         std::to_string(o.resolution));
   if (o.contour_length < 1) fail("contour_length (must be >= 1)");
   if (o.paddle_length < 1) fail("paddle_length (must be >= 1)");
   if (o.paddle_gap < 1) fail("paddle_gap (must be >= 1)");
@@ -391,9 +395,13 @@ uint8_t to_byte(double v) { return static_cast<uint8_t>(std::clamp(std::lround(v
 }  // namespace
 
 PathfinderOptions pathfinder_options(int32_t resolution) {
-  if (resolution < 16)
-    throw std::invalid_argument("pathfinder: invalid option resolution (must be >= 16), got " +
-                                std::to_string(resolution));
+  if (resolution < PathfinderOptions::kMinResolution ||
+      resolution > PathfinderOptions::kMaxResolution)
+    throw std::invalid_argument(
+        "pathfinder: resolution (--resolution) must be in [" +
+        std::to_string(PathfinderOptions::kMinResolution) + ", " +
+        std::to_string(PathfinderOptions::kMaxResolution) +
+        "] pixels (LRA: 32, 64, 128, 256), got " + std::to_string(resolution));
   PathfinderOptions o;
   o.resolution = resolution;
   auto scaled = [](double v, double s) {
@@ -425,6 +433,29 @@ PathfinderOptions pathfinder_options(int32_t resolution) {
   o.contour_length = 14;
   o.distractor_length = 14 / 3;
   return o;
+}
+
+void validate_pathfinder_export(int32_t resolution, int64_t count, int64_t seed) {
+  using std::to_string;
+  pathfinder_options(resolution);  // checks the resolution
+  if (count < 1 || count > PathfinderExport::kMaxCount)
+    throw std::invalid_argument("pathfinder: --count must be in [1, " +
+                                to_string(PathfinderExport::kMaxCount) + "] images, got " +
+                                to_string(count));
+  if (seed < 0 || seed > PathfinderExport::kMaxSeed)
+    throw std::invalid_argument("pathfinder: --seed must be in [0, " +
+                                to_string(PathfinderExport::kMaxSeed) + "], got " +
+                                to_string(seed));
+  const int64_t pixels = count * resolution * resolution;  // <= 10^5 * 2^16: no overflow
+  if (pixels > PathfinderExport::kMaxPixels)
+    throw std::invalid_argument(
+        "pathfinder: --count " + to_string(count) + " images of --resolution " +
+        to_string(resolution) + " hold " + to_string(pixels) + " pixels, more than the limit of " +
+        to_string(PathfinderExport::kMaxPixels) + "; lower --count or --resolution");
+}
+
+uint64_t pathfinder_export_seed(int64_t seed, int64_t index) {
+  return static_cast<uint64_t>(seed) * 1000003ULL + static_cast<uint64_t>(index);
 }
 
 PathfinderImage render_pathfinder_example(const PathfinderOptions& options, uint64_t example_seed,

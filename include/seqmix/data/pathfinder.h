@@ -65,7 +65,7 @@ constexpr int32_t kClasses = 2;      ///< 1: the markers are on one path, 0: on 
 /// 80% / 10% / 10% = 160K / 20K / 20K (lra_benchmarks/image/input_pipeline.py); the
 /// defaults here are CPU-sized.
 struct PathfinderOptions {
-  int32_t resolution = 32;               ///< image side in pixels (>= 16)
+  int32_t resolution = 32;               ///< image side in pixels, [16, kMaxResolution]
   int32_t contour_length = 14;           ///< dashes per target path (LRA "hard": 14)
   int32_t paddle_length = 2;             ///< dash length in pixels (centre line)
   int32_t paddle_gap = 2;                ///< gap between consecutive dashes, pixels (>= 1)
@@ -79,13 +79,39 @@ struct PathfinderOptions {
   double contrast = 1.5;                 ///< path intensity gain (255 * gain * coverage, clipped)
   int64_t train = 20000, valid = 2000, test = 2000;  ///< LRA: 160000 / 20000 / 20000
   uint64_t seed = 0;
+
+  /// The largest side accepted: LRA's largest Pathfinder set (256, "Path-256"). Rendering
+  /// time grows like the side's fourth power (one core: 0.001 s per image at 128, 0.012 s at
+  /// 256, 0.2 s at 512, 2.6 s at 1024) and an image holds side^2 bytes.
+  static constexpr int32_t kMinResolution = 16, kMaxResolution = 256;
 };
 
 /// Defaults for a resolution. Below 96 pixels: LRA's Pathfinder-32 settings, lengths scaled
 /// by resolution / 32; from 96 on: LRA's Path-X (128) settings (paddle_length 5, gap 5, the
 /// mean of LRA's margins {2, 3} times 2, clearance 6), lengths scaled by resolution / 128.
-/// @throws std::invalid_argument naming `resolution` for resolution < 16.
+/// @throws std::invalid_argument naming `resolution` (--resolution) outside
+///         [kMinResolution, kMaxResolution].
 PathfinderOptions pathfinder_options(int32_t resolution);
+
+/// Bounds of `seqmix data pathfinder`, which writes `count` example images (binary PGM, about
+/// resolution^2 bytes each) rendered from pathfinder_export_seed(seed, i), i < count.
+struct PathfinderExport {
+  static constexpr int64_t kMaxCount = 100000;
+  /// Below this, seed * 1000003 + i (i < kMaxCount) never wraps: every (seed, i) pair renders
+  /// from a different example seed.
+  static constexpr int64_t kMaxSeed = 10000000000000;  // 10^13
+  /// count * resolution^2: about 2 GB of images (100,000 at 128; 32,768 at 256).
+  static constexpr int64_t kMaxPixels = int64_t{1} << 31;
+};
+
+/// Checks the export's options, before anything is written.
+/// @throws std::invalid_argument naming the flag: --resolution as pathfinder_options, --count
+///         outside [1, kMaxCount], --seed outside [0, kMaxSeed], or --count and --resolution
+///         together above kMaxPixels.
+void validate_pathfinder_export(int32_t resolution, int64_t count, int64_t seed);
+
+/// The example seed of image `index` of an export with `seed`: seed * 1000003 + index.
+uint64_t pathfinder_export_seed(int64_t seed, int64_t index);
 
 /// One rendered example.
 struct PathfinderImage {
