@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
       "example Pathfinder / Path-X images to look at: example_<i>_<label>.pgm (binary PGM) and "
       "labels.tsv (file, label, marker centres) into --out");
   pf_cmd->add_option("--out", pf_out, "output folder")->required();
-  pf_cmd->add_option("--resolution", pf_resolution, "image side: 32 (Pathfinder), 128 (Path-X)");
+  pf_cmd->add_option("--resolution", pf_resolution, "image side in [16, 256]: 32 (Pathfinder), 128 (Path-X)");
   pf_cmd->add_option("--count", pf_count, "images (labels alternate 1, 0, 1, ...)");
   pf_cmd->add_flag("--overwrite", pf_overwrite, "replace the files already in --out");
   pf_cmd->add_option("--seed", pf_seed, "random seed");
@@ -447,11 +447,7 @@ int main(int argc, char** argv) {
     }
 
     if (pf_cmd->parsed()) {
-      if (pf_count < 1 || pf_count > 100000)
-        throw std::invalid_argument("--count must be in [1, 100000], got " +
-                                    std::to_string(pf_count));
-      if (pf_seed < 0)
-        throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(pf_seed));
+      seqmix::data::validate_pathfinder_export(pf_resolution, pf_count, pf_seed);
       const auto o = seqmix::data::pathfinder_options(pf_resolution);
       std::vector<std::string> names{"labels.tsv"};
       for (int64_t i = 0; i < pf_count; ++i)
@@ -462,7 +458,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < pf_count; ++i) {
         const int32_t label = i % 2 == 0 ? 1 : 0;
         const auto img = seqmix::data::render_pathfinder_example(
-            o, static_cast<uint64_t>(pf_seed) * 1000003ULL + static_cast<uint64_t>(i), label);
+            o, seqmix::data::pathfinder_export_seed(pf_seed, i), label);
         const std::string name = fmt::format("example_{}_{}.pgm", i, label);
         seqmix::util::write_file_atomic((std::filesystem::path(pf_out) / name).string(),
                                         seqmix::data::pathfinder_to_pgm(img));
