@@ -3,6 +3,7 @@
 // Plain C++ with GCC vector extensions (one 64-byte vector = one channel block), so the same
 // source becomes AVX-512 or SSE2 code. No LibTorch headers: this file compiles in a second.
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,13 +26,29 @@ namespace seqmix::ops::cpu::SEQMIX_ISA {
 // far enough from the integer limit that adding K level exponents cannot wrap.
 constexpr int64_t kSentinel = -(int64_t{1} << 28);
 
+// Exponent arithmetic that wraps instead of overflowing: a NaN or infinite input (a diverged
+// model) converts to INT_MIN exponents, whose sums are garbage either way but must not be
+// undefined behaviour (found by the sanitizer build on a run with train.lr = 1e30).
+template <typename T>
+inline I<T> wrap_add(I<T> a, I<T> b) {
+  using E = std::make_unsigned_t<std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>>;
+  typedef E U __attribute__((vector_size(sizeof(I<T>))));
+  return (I<T>)((U)a + (U)b);
+}
+template <typename T>
+inline I<T> wrap_sub(I<T> a, I<T> b) {
+  using E = std::make_unsigned_t<std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>>;
+  typedef E U __attribute__((vector_size(sizeof(I<T>))));
+  return (I<T>)((U)a - (U)b);
+}
+
 // x_a <- x_a + W * x_b with W = wm * 2^we, all in the shared-exponent representation.
 template <typename T>
 inline void combine(V<T>& ha, V<T>& ua, I<T>& ea, V<T> hb, V<T> ub, I<T> eb, V<T> wm, I<T> we) {
-  const I<T> eb2 = eb + we;
+  const I<T> eb2 = wrap_add<T>(eb, we);
   const I<T> e = ea > eb2 ? ea : eb2;
-  const V<T> fa = pow2_nonpos<T>(ea - e);
-  const V<T> fb = pow2_nonpos<T>(eb2 - e) * wm;
+  const V<T> fa = pow2_nonpos<T>(wrap_sub<T>(ea, e));
+  const V<T> fb = pow2_nonpos<T>(wrap_sub<T>(eb2, e)) * wm;
   ha = ha * fa + hb * fb;
   ua = ua * fa + ub * fb;
   ea = e;

@@ -99,7 +99,10 @@ inline void exp_split(V<T> x, V<T>& m, I<T>& k) {
   const V<T> hi = splat<T>(Traits<T>::kMaxT);
   t = t > hi ? hi : t;
   t = t < -hi ? -hi : t;
-  k = __builtin_convertvector(t + (t >= splat<T>(0) ? splat<T>(T(0.5)) : splat<T>(T(-0.5))), I<T>);
+  // A NaN (a diverged model's input) gets exponent 0 and keeps its NaN in m: converting it
+  // would give INT_MIN, whose exponent sums downstream overflow (undefined behaviour).
+  const V<T> tk = t == t ? t : splat<T>(0);
+  k = __builtin_convertvector(tk + (tk >= splat<T>(0) ? splat<T>(T(0.5)) : splat<T>(T(-0.5))), I<T>);
   const V<T> f = (t - __builtin_convertvector(k, V<T>)) * ln2;  // |f| <= ln2 / 2
   if constexpr (std::is_same_v<T, float>) {
     V<T> p = splat<T>(1.9875691500e-4f);
