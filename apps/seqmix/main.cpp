@@ -47,8 +47,8 @@ constexpr const char* kDataDirHelp =
 // range is an error naming the flag, never a silent default.
 struct ConfigFlags {
   std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task;
-  // harden() reads 1e9 as 10^9 and refuses what is not a 64-bit integer.
-  std::optional<int64_t> max_steps, seed, batch_size, threads, max_len;
+  // Counts are read as text so that 1e9 means 10^9, as a user writes it; integer() checks it.
+  std::optional<std::string> max_steps, seed, batch_size, threads, max_len;
   std::optional<double> lr;
   std::vector<std::string> set;
 
@@ -83,6 +83,23 @@ struct ConfigFlags {
     app->add_option("--set", set, "override any key: section.key=value (repeatable)");
   }
 
+  // A count given as text: an integer, or a number in scientific notation that is one
+  // (1e9); anything else is an error naming the flag.
+  static std::optional<int64_t> integer(const std::optional<std::string>& text, const char* flag) {
+    if (!text) return std::nullopt;
+    const std::string& t = *text;
+    size_t used = 0;
+    try {
+      const long long v = std::stoll(t, &used);
+      if (used == t.size()) return v;
+      const double d = std::stod(t, &used);
+      if (used == t.size() && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.2e18)
+        return static_cast<int64_t>(d);
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(std::string(flag) + ": expected an integer, got '" + t + "'");
+  }
+
   std::vector<std::string> overrides() const {
     if (!task.empty() && !data.empty())
       throw std::invalid_argument("--data does not apply with --task: task '" + task +
@@ -106,11 +123,11 @@ struct ConfigFlags {
                                             : seqmix::data::Tokenizer::load(tokenizer);
       num("model.vocab_size", std::optional<int64_t>(tok.vocab_size()));
     }
-    num("train.max_steps", max_steps);
-    num("train.seed", seed);
-    num("train.batch_size", batch_size);
-    num("train.threads", threads);
-    num("model.max_len", max_len);
+    num("train.max_steps", integer(max_steps, "--max-steps"));
+    num("train.seed", integer(seed, "--seed"));
+    num("train.batch_size", integer(batch_size, "--batch-size"));
+    num("train.threads", integer(threads, "--threads"));
+    num("model.max_len", integer(max_len, "--max-len"));
     // TOML spells the non-finite values nan and inf, as fmt does; validation rejects them.
     if (lr) o.push_back("train.lr=" + fmt::format("{:e}", *lr));
     o.insert(o.end(), set.begin(), set.end());
