@@ -41,6 +41,25 @@ constexpr const char* kDataDirHelp =
     "folder filled by scripts/setup.sh (default: $SEQMIX_DATA_DIR, else the source tree's "
     "data folder)";
 
+// The integer a user wrote, plainly or as an exact power-of-ten form such as 1e9, into
+// `value`; returns "" or why `text` is not one that fits in 64 bits.
+std::string read_integer(const std::string& text, int64_t& value) {
+  size_t used = 0;
+  try {
+    value = std::stoll(text, &used);
+    if (used == text.size()) return "";
+    const double d = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.2e18) {
+      value = static_cast<int64_t>(d);
+      return "";
+    }
+  } catch (const std::out_of_range&) {
+    return "expected an integer within +-9223372036854775807, got '" + text + "'";
+  } catch (const std::exception&) {
+  }
+  return "expected an integer, got '" + text + "'";
+}
+
 // Options shared by the commands that resolve a configuration. Every flag that was given
 // becomes a `section.key=value` override, so the configuration's own checks
 // (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
@@ -87,17 +106,10 @@ struct ConfigFlags {
   // (1e9); anything else is an error naming the flag.
   static std::optional<int64_t> integer(const std::optional<std::string>& text, const char* flag) {
     if (!text) return std::nullopt;
-    const std::string& t = *text;
-    size_t used = 0;
-    try {
-      const long long v = std::stoll(t, &used);
-      if (used == t.size()) return v;
-      const double d = std::stod(t, &used);
-      if (used == t.size() && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.2e18)
-        return static_cast<int64_t>(d);
-    } catch (const std::exception&) {
-    }
-    throw std::invalid_argument(std::string(flag) + ": expected an integer, got '" + t + "'");
+    int64_t v = 0;
+    if (const std::string why = read_integer(*text, v); !why.empty())
+      throw std::invalid_argument(std::string(flag) + ": " + why);
+    return v;
   }
 
   std::vector<std::string> overrides() const {
@@ -174,22 +186,10 @@ void harden(CLI::App* app) {
       "", "");
   const CLI::Validator integer(
       [](std::string& v) -> std::string {
-        size_t used = 0;
-        try {
-          const long long n = std::stoll(v, &used);
-          if (used == v.size()) return "";
-          const double d = std::stod(v, &used);
-          if (used == v.size() && std::isfinite(d) && d == std::floor(d) &&
-              std::abs(d) < 9.2e18) {
-            v = std::to_string(static_cast<int64_t>(d));
-            return "";
-          }
-          (void)n;
-        } catch (const std::out_of_range&) {
-          return "expected an integer within +-9223372036854775807, got '" + v + "'";
-        } catch (const std::exception&) {
-        }
-        return "expected an integer, got '" + v + "'";
+        int64_t n = 0;
+        std::string why = read_integer(v, n);
+        if (why.empty()) v = std::to_string(n);
+        return why;
       },
       "", "");
   for (CLI::Option* opt : app->get_options()) {
