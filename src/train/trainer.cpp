@@ -531,10 +531,10 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   auto interrupted = [&](int64_t step) {
     const int sig = util::stop_signal();
     progress->finish();
-    if (step > last_checkpoint || (step == start && !files.promoted() && step > 0))
-      checkpoint(step);
+    // A resumed run stopped before its first step still has the checkpoint it started from.
+    if (step > last_checkpoint) checkpoint(step);
     log({{"step", step}, {"event", "interrupted"}, {"signal", util::signal_name(sig)}});
-    const bool saved = files.promoted() || step > 0;
+    const bool saved = step > 0;
     return Interrupted(
         saved ? fmt::format("interrupted by {} after step {} of {}; checkpoint '{}' holds it. "
                             "Resume with: seqmix train --out {} --resume",
