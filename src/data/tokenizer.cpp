@@ -34,15 +34,33 @@ struct Plugin {
 
 const Plugin& plugin() {
   static const Plugin p = [] {
+    // Where the plugin is looked for, first found wins:
+    //  1. $SEQMIX_SENTENCEPIECE_PLUGIN, a path: the override for any other layout;
+    //  2. next to the executable (the build tree's CLI, or a program shipped with the plugin);
+    //  3. the bare file name, i.e. the dynamic loader's search from the program: its RUNPATH,
+    //     which an installed seqmix sets to <prefix>/<libdir>/seqmix for every program linked
+    //     against it (cmake/SeqmixInstall.cmake; libseqmix is static, so it cannot locate
+    //     itself at run time), then LD_LIBRARY_PATH and the system folders;
+    //  4. where this build put it (compiled in): the tests, run from the build tree.
+    // The installation comes before the build tree, so an installed program does not load a
+    // plugin from a build tree that was rebuilt since.
+    const std::string file_name = "libseqmix_sentencepiece.so";
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("SEQMIX_SENTENCEPIECE_PLUGIN")) candidates.push_back(env);
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) candidates.push_back((exe.parent_path() / "libseqmix_sentencepiece.so").string());
+    if (!ec) candidates.push_back((exe.parent_path() / file_name).string());
+    candidates.push_back(file_name);
     candidates.push_back(SEQMIX_SENTENCEPIECE_PLUGIN_PATH);
     std::string tried;
     void* handle = nullptr;
     for (const auto& c : candidates) {
+      if (c == file_name) {
+        handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (handle) break;
+        tried += "\n  " + c + " (the loader's search path): " + dlerror();
+        continue;
+      }
       if (!fs::is_regular_file(c)) {
         tried += "\n  " + c + ": not found";
         continue;
@@ -54,8 +72,9 @@ const Plugin& plugin() {
     }
     if (!handle)
       throw std::runtime_error("SentencePiece support is not available: cannot load "
-                               "libseqmix_sentencepiece.so (build it with scripts/build.sh, or "
-                               "set SEQMIX_SENTENCEPIECE_PLUGIN); tried:" + tried);
+                               "libseqmix_sentencepiece.so (build it with scripts/build.sh, "
+                               "reinstall seqmix, or set SEQMIX_SENTENCEPIECE_PLUGIN); tried:" +
+                               tried);
     auto sym = [&](const char* name) {
       void* f = dlsym(handle, name);
       if (!f)
