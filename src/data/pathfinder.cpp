@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "seqmix/util/rng.h"
+
 namespace seqmix::data {
 
 namespace {
@@ -26,27 +28,9 @@ constexpr int32_t kBacktrack = 3;         // dashes removed from a target path a
 constexpr int32_t kBacktracks = 8;        // dead ends allowed before the example restarts
 constexpr int32_t kMaxRestarts = 10000;   // fresh starts of one example's target paths
 
-// splitmix64's output function (Steele et al. 2014): a bijective 64-bit mixer.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
-
-// A splitmix64 stream; uniforms are built from the integers, so results do not depend on the
-// standard library's distributions.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return mix64(state_ += kGolden); }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-
- private:
-  uint64_t state_;
-};
+using util::mix64;
+using util::Rng;
+constexpr uint64_t kGolden = util::kSplitMixGamma;
 
 struct Point {
   double y, x;

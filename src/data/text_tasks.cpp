@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "seqmix/util/rng.h"
+
 namespace seqmix::data {
 
 namespace {
@@ -21,39 +23,12 @@ using nlohmann::json;
 
 // ---- platform-independent randomness ------------------------------------------------------
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+// A util::Rng whose `stream` separates independent uses of one seed (the split, each split's
+// pairs).
+util::Rng stream_rng(uint64_t seed, uint64_t stream) {
+  uint64_t s = stream * 0xd1b54a32d192ed03ull + 0x2545f4914f6cdd1dull;
+  return util::Rng(seed ^ util::splitmix64(s));
 }
-
-class Rng {
- public:
-  // `stream` separates independent uses of one seed (the split, each split's pairs).
-  Rng(uint64_t seed, uint64_t stream) : state_(seed) {
-    uint64_t s = stream * 0xd1b54a32d192ed03ull + 0x2545f4914f6cdd1dull;
-    state_ ^= splitmix64(s);
-  }
-  uint64_t next() { return splitmix64(state_); }
-  // Uniform in [0, n), n > 0, by rejection (no modulo bias).
-  uint64_t below(uint64_t n) {
-    const uint64_t limit = (0 - n) % n;  // 2^64 mod n: values below it are rejected
-    for (;;) {
-      const uint64_t x = next();
-      if (x >= limit) return x % n;
-    }
-  }
-  size_t index(size_t n) { return static_cast<size_t>(below(static_cast<uint64_t>(n))); }
-  bool coin() { return (next() >> 63) != 0; }
-  template <class T>
-  void shuffle(std::vector<T>& v) {  // Fisher-Yates
-    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[index(i)]);
-  }
-
- private:
-  uint64_t state_;
-};
 
 // ---- files and JSON ---------------------------------------------------------------------
 
@@ -280,8 +255,8 @@ LabelledSplits load_spam_assassin(const std::string& dir, const SpamTextOptions&
                              std::to_string(o.test_fraction) + " (no training mail left)");
   std::vector<size_t> order(kept.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  Rng rng(o.seed, 1);
-  rng.shuffle(order);
+  util::Rng rng = stream_rng(o.seed, 1);
+  rng.shuffle(order.begin(), order.end());
 
   LabelledSplits d;
   for (int64_t k = 0; k < n; ++k) {
@@ -373,11 +348,11 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
   std::vector<int> split_of(addr.size(), 0);
   const double fraction[3] = {1, o.valid_fraction, o.test_fraction};
   {
-    Rng rng(o.seed, 2);
+    util::Rng rng = stream_rng(o.seed, 2);
     std::vector<std::vector<size_t>> left(P);  // unassigned addresses, shuffled
     for (size_t p = 0; p < P; ++p) {
       left[p] = pres[p].addresses;
-      rng.shuffle(left[p]);
+      rng.shuffle(left[p].begin(), left[p].end());
     }
     for (int s : {2, 1}) {
       if (fraction[s] <= 0) continue;
@@ -389,7 +364,7 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
         for (size_t p = 0; p < P; ++p)
           if (left[p].size() >= 3) cand.push_back(p);
         if (cand.empty()) break;
-        rng.shuffle(cand);
+        rng.shuffle(cand.begin(), cand.end());
         std::stable_partition(cand.begin(), cand.end(),
                               [&](size_t p) { return left[p].size() >= 4; });
         for (size_t p : cand) {
@@ -437,11 +412,11 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
           std::to_string(2 * passage) + " bytes" +
           (s > 0 ? "; held-out presidents need >= 3 addresses in the corpus)" : ")"));
 
-    Rng rng(o.seed, 10 + static_cast<uint64_t>(s));
+    util::Rng rng = stream_rng(o.seed, 10 + static_cast<uint64_t>(s));
     auto window = [&](size_t a) {
       const std::string& t = addr[a].text;
       if (t.size() <= passage) return bytes_of(t, 0, t.size());
-      return bytes_of(t, rng.index(t.size() - passage + 1), passage);
+      return bytes_of(t, rng.below(t.size() - passage + 1), passage);
     };
     auto& out = s == 0 ? d.train : s == 1 ? d.valid : d.test;
     out.reserve(static_cast<size_t>(n));
@@ -449,20 +424,20 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
     double gap_sum = 0;
     for (int64_t k = 0; k < n; ++k) {
       LabelledSequence e;
-      const size_t u = rng.index(usable.size());
+      const size_t u = rng.below(usable.size());
       const std::vector<size_t>& mine = own[usable[u]];
       if (k < n_pos) {
         e.label = 1;
         if (mine.size() >= 2) {
-          const size_t a = rng.index(mine.size());
-          size_t b = rng.index(mine.size() - 1);
+          const size_t a = rng.below(mine.size());
+          size_t b = rng.below(mine.size() - 1);
           if (b >= a) ++b;
           e.tokens = window(mine[a]);
           e.tokens_b = window(mine[b]);
         } else {  // two non-overlapping windows of one address: offsets x and y + passage
           const std::string& t = addr[mine[0]].text;
           const size_t slack = t.size() - 2 * passage;
-          size_t x = rng.index(slack + 1), y = rng.index(slack + 1);
+          size_t x = rng.below(slack + 1), y = rng.below(slack + 1);
           if (x > y) std::swap(x, y);
           e.tokens = bytes_of(t, x, passage);
           e.tokens_b = bytes_of(t, y + passage, passage);
@@ -475,26 +450,26 @@ LabelledSplits make_sotu_retrieval(const std::string& dir, const SotuRetrievalOp
         const size_t m = usable.size(), k_side = static_cast<size_t>(o.negative_neighbours);
         size_t v;
         if (k_side == 0 || 2 * k_side >= m - 1) {
-          v = rng.index(m - 1);
+          v = rng.below(m - 1);
           if (v >= u) ++v;
         } else {
           // The window [lo, lo + 2k] of usable indices around u, shifted inside [0, m).
           size_t lo = u >= k_side ? u - k_side : 0;
           if (lo + 2 * k_side > m - 1) lo = m - 1 - 2 * k_side;
-          v = lo + rng.index(2 * k_side);
+          v = lo + rng.below(2 * k_side);
           if (v >= u) ++v;
         }
         const std::vector<size_t>& theirs = own[usable[v]];
         e.label = 0;
-        e.tokens = window(mine[rng.index(mine.size())]);
-        e.tokens_b = window(theirs[rng.index(theirs.size())]);
+        e.tokens = window(mine[rng.below(mine.size())]);
+        e.tokens_b = window(theirs[rng.below(theirs.size())]);
         if (rng.coin()) std::swap(e.tokens, e.tokens_b);
         gap_sum += static_cast<double>(
             std::llabs(pres[usable[u]].first_year - pres[usable[v]].first_year));
       }
       out.push_back(std::move(e));
     }
-    rng.shuffle(out);
+    rng.shuffle(out.begin(), out.end());
     ss.pairs = n;
     if (n > n_pos) ss.negative_year_gap = gap_sum / static_cast<double>(n - n_pos);
   }

@@ -7,16 +7,13 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "seqmix/util/rng.h"
+
 namespace seqmix::train {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+using util::splitmix64;
 
 // Pads one side of the batch: ids [B, L] and mask [B, L].
 void pad(const std::vector<const std::vector<int32_t>*>& seqs, int64_t max_len,

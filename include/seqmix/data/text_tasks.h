@@ -17,9 +17,9 @@
 ///
 /// Tokens are bytes of the UTF-8 text, 0..255 (vocabulary 256, every value is a real byte:
 /// padding is marked by masks, labelled.h). Both tasks are deterministic for equal options
-/// on every platform: all randomness comes from splitmix64 (Steele et al. 2014) through
-/// this file's own Fisher-Yates shuffle and rejection-sampled integers, never from
-/// std::shuffle or <random> distributions, whose output is implementation-defined.
+/// on every platform: all randomness comes from util::Rng (util/rng.h: splitmix64, its
+/// Fisher-Yates shuffle and rejection-sampled integers), never from std::shuffle or <random>
+/// distributions, whose output is implementation-defined.
 #include <array>
 #include <cstdint>
 #include <string>

@@ -36,7 +36,7 @@ ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, i
 at::Tensor class_logits(models::SequenceModel& model, const ClassBatch& batch);
 
 /// The training order: epoch e visits the n examples in a permutation drawn from (seed, e)
-/// (Fisher-Yates over splitmix64, the same on every platform); step s takes the batch
+/// (Fisher-Yates over util::splitmix64, the same on every platform); step s takes the batch
 /// consecutive entries starting at s * batch, running on into the next epoch. A function of
 /// the step alone, so a resumed run sees the batches the uninterrupted one would have.
 class EpochOrder {
