@@ -92,7 +92,7 @@ void BM_OpForwardBackward(benchmark::State& state) {
   at::Tensor v = at::randn({kB, L, kD}).requires_grad_(true);
   at::Tensor w = at::randn({seqmix::ops::aib_num_levels(L), kD}).requires_grad_(true);
   for (auto _ : state) {
-    at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, {}, seqmix::ops::AIBDirection::causal,
+    at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, {}, seqmix::ops::Direction::causal,
                                                seqmix::ops::AIBWeights::prefix_exp);
     o.sum().backward();
   }

@@ -186,10 +186,10 @@ void run_ops_bench(const OpsBenchOptions& o,
         t = measure(
             [&](bool) {
               zero_grads(none, xs);
-              return fused ? ops::aib_scan_fused(xs[0], xs[1], xs[2], {}, ops::AIBDirection::causal,
+              return fused ? ops::aib_scan_fused(xs[0], xs[1], xs[2], {}, ops::Direction::causal,
                                                  ops::AIBWeights::prefix_exp)
                            : ops::aib_scan_reference(xs[0], xs[1], xs[2], {},
-                                                     ops::AIBDirection::causal,
+                                                     ops::Direction::causal,
                                                      ops::AIBWeights::prefix_exp);
             },
             o.reps);
@@ -208,14 +208,14 @@ void run_ops_bench(const OpsBenchOptions& o,
               zero_grads(none, xs);
               const ops::CESCoefficients coef =
                   ops::ces_coefficients(xs[1], xs[2], xs[3], 0.9999, false);
-              return kernel ? ops::ces_scan_kernel(xs[0], coef, {}, ops::CESDirection::causal)
-                            : ops::ces_scan_reference(xs[0], coef, {}, ops::CESDirection::causal);
+              return kernel ? ops::ces_scan_kernel(xs[0], coef, {}, ops::Direction::causal)
+                            : ops::ces_scan_reference(xs[0], coef, {}, ops::Direction::causal);
             },
             o.reps);
       } else if (op == "extractor_fast" || op == "extractor_reference") {
         // The whole layer (eqs. 18-20), with l = the longest L of the run.
-        nn::Extractor layer(nn::ExtractorOptions(D, max_L).impl(
-            op == "extractor_fast" ? ops::ExtractorImpl::fft : ops::ExtractorImpl::reference));
+        nn::Extractor layer(nn::ExtractorOptions(D, max_L).backend(
+            op == "extractor_fast" ? ops::Backend::kernel : ops::Backend::reference));
         t = measure_mixer(*layer, B, L, D, o.reps);
       } else if (op == "aib_layer") {
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
@@ -232,11 +232,11 @@ void run_ops_bench(const OpsBenchOptions& o,
             row["candidates"][name] = {{"skipped", "its [B, H, L, L] scores do not fit"}};
             continue;
           }
-          const ops::AttentionImpl impl = name == "fused_kernel" ? ops::AttentionImpl::kernel
-                                                                  : ops::AttentionImpl::reference;
+          const ops::Backend backend = name == "fused_kernel" ? ops::Backend::kernel
+                                                              : ops::Backend::reference;
           nn::SelfAttention layer(nn::SelfAttentionOptions(D, H)
                                       .use_sdpa(name == "scaled_dot_product_attention")
-                                      .impl(impl));
+                                      .backend(backend));
           const Timing ti = measure_mixer(*layer, B, L, D, o.reps);
           row["candidates"][name] = {{"fwd_ms", ti.fwd_ms}, {"fwd_bwd_ms", ti.fwd_bwd_ms},
                                      {"peak_mib", static_cast<double>(ti.peak_bytes) / (1 << 20)}};

@@ -63,12 +63,12 @@ void ModelConfig::validate() const {
   if (norm_type != "layer" && norm_type != "batch")
     fail("norm_type", "must be layer or batch, got '" + norm_type + "'");
   nn::parse_ces_shortcut(ces_shortcut);
-  ops::parse_ces_impl(ces_impl);
+  ops::parse_backend(ces_impl);
   nn::parse_activation(activation);  // throws with the offending name
   ops::parse_aib_weights(aib_weights);
-  ops::parse_aib_impl(aib_impl);
-  ops::parse_extractor_impl(extractor_impl);
-  ops::parse_attention_impl(attention_impl);
+  ops::parse_backend(aib_impl);
+  ops::parse_backend(extractor_impl);
+  ops::parse_backend(attention_impl);
 }
 
 namespace {
@@ -152,14 +152,14 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
                                                      .causal(config_.causal)
                                                      .weights(weights)
                                                      .bias_av(config_.aib_bias)
-                                                     .impl(ops::parse_aib_impl(config_.aib_impl))
+                                                     .backend(ops::parse_backend(config_.aib_impl))
                                                      .n_layers(config_.n_layers));
     } else if (kind == "extractor") {
       mixer = std::make_shared<nn::ExtractorImpl>(
           nn::ExtractorOptions(D, config_.max_len)
               .adjust(config_.extractor_adjust)
               .out_proj(config_.extractor_out_proj)
-              .impl(ops::parse_extractor_impl(config_.extractor_impl))
+              .backend(ops::parse_backend(config_.extractor_impl))
               .n_layers(config_.n_layers));
     } else if (kind == "etsmlp") {
       nn::CESOptions ces(config_.d_ff);
@@ -169,7 +169,7 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
           .max_lambda(config_.ces_max_lambda)
           .shortcut(nn::parse_ces_shortcut(config_.ces_shortcut))
           .normalize(config_.ces_normalize)
-          .impl(ops::parse_ces_impl(config_.ces_impl));
+          .backend(ops::parse_backend(config_.ces_impl));
       blocks->push_back(nn::make_esmlp_block(nn::ESMLPOptions(D, config_.d_ff)
                                                  .causal(config_.causal)
                                                  .gate(config_.ces_gate)
@@ -183,7 +183,7 @@ SequenceModelImpl::SequenceModelImpl(ModelConfig config) : config_(std::move(con
                                                           .dropout(config_.dropout)
                                                           .bias(config_.bias)
                                                           .n_layers(config_.n_layers)
-                                                          .impl(ops::parse_attention_impl(
+                                                          .backend(ops::parse_backend(
                                                               config_.attention_impl)));
     }
     blocks->push_back(nn::Block(mixer,

@@ -47,7 +47,7 @@ void AIBAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "seqmix::nn::AIBAttention(d_model=" << options.d_model()
          << ", max_len=" << options.max_len() << ", causal=" << options.causal()
          << ", weights=" << ops::to_string(options.weights()) << ", bias_av=" << options.bias_av()
-         << ", impl=" << ops::to_string(options.impl()) << ")";
+         << ", backend=" << ops::to_string(options.backend()) << ")";
 }
 
 at::Tensor AIBAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
@@ -58,8 +58,8 @@ at::Tensor AIBAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask
   at::Tensor a = w_a(x), v = w_v(x);
   at::Tensor o =
       ops::aib_scan(a, v, w, mask,
-                    options.causal() ? ops::AIBDirection::causal : ops::AIBDirection::bidirectional,
-                    options.weights(), options.impl());
+                    options.causal() ? ops::Direction::causal : ops::Direction::bidirectional,
+                    options.weights(), options.backend());
   return w_o(o);
 }
 

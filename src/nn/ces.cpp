@@ -77,7 +77,7 @@ void CESImpl::pretty_print(std::ostream& stream) const {
   stream << "seqmix::nn::CES(channels=" << options.channels()
          << ", bidirectional=" << options.bidirectional() << ", max_lambda=" << options.max_lambda()
          << ", shortcut=" << to_string(options.shortcut()) << ", normalize=" << options.normalize()
-         << ", impl=" << ops::to_string(options.impl()) << ")";
+         << ", backend=" << ops::to_string(options.backend()) << ")";
 }
 
 ops::CESCoefficients CESImpl::coefficients() const {
@@ -102,9 +102,9 @@ at::Tensor CESImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
     throw std::invalid_argument(fmt::format("CES: x must be [B, L, {}], got [{}]",
                                             options.channels(), fmt::join(x.sizes(), ", ")));
   at::Tensor y = ops::ces_scan(x, coefficients(), mask,
-                               options.bidirectional() ? ops::CESDirection::bidirectional
-                                                       : ops::CESDirection::causal,
-                               options.impl());
+                               options.bidirectional() ? ops::Direction::bidirectional
+                                                       : ops::Direction::causal,
+                               options.backend());
   const at::Tensor s = shortcut(x);
   return s.defined() ? y + s : y;
 }

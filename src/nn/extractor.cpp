@@ -38,7 +38,7 @@ void ExtractorImpl::reset_parameters() {
 void ExtractorImpl::pretty_print(std::ostream& stream) const {
   stream << "seqmix::nn::Extractor(d_model=" << options.d_model()
          << ", max_len=" << options.max_len() << ", adjust=" << options.adjust()
-         << ", out_proj=" << options.out_proj() << ", impl=" << ops::to_string(options.impl())
+         << ", out_proj=" << options.out_proj() << ", backend=" << ops::to_string(options.backend())
          << ")";
 }
 
@@ -51,12 +51,12 @@ at::Tensor ExtractorImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   if (x.dim() != 3 || x.size(2) != options.d_model())
     throw std::invalid_argument(fmt::format("Extractor: x must be [B, t, {}], got {}",
                                             options.d_model(), fmt::join(x.sizes(), ", ")));
-  if (!mask.defined()) return finish(x, ops::extractor_conv(x, w_ext, options.impl()));
+  if (!mask.defined()) return finish(x, ops::extractor_conv(x, w_ext, options.backend()));
   // Zero padded inputs (they then feed nothing forward) and padded outputs (without the
   // adjustment they would carry the sum over earlier positions).
   const at::Tensor keep = mask.unsqueeze(-1).to(x.dtype());
   const at::Tensor xin = x * keep;
-  return finish(xin, ops::extractor_conv(xin, w_ext, options.impl())) * keep;
+  return finish(xin, ops::extractor_conv(xin, w_ext, options.backend())) * keep;
 }
 
 MixerState ExtractorImpl::init_state(int64_t batch) const {

@@ -54,9 +54,11 @@ at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mas
                     mask.size(1) == L,
                 "SelfAttention: mask must be bool [", B, ", ", L, "], got ", mask.sizes());
   const double dropout = is_training() ? options.dropout() : 0.0;
-  at::Tensor heads = options.impl() == ops::AttentionImpl::kernel && dropout == 0
-                         ? ops::attention_kernel(q, k, v, mask, options.causal())
-                         : ops::attention_reference(q, k, v, mask, options.causal(), dropout);
+  const ops::Direction direction =
+      options.causal() ? ops::Direction::causal : ops::Direction::bidirectional;
+  at::Tensor heads = options.backend() == ops::Backend::kernel && dropout == 0
+                         ? ops::attention_kernel(q, k, v, mask, direction)
+                         : ops::attention_reference(q, k, v, mask, direction, dropout);
   at::Tensor y = heads.transpose(1, 2).reshape({B, L, D});
   y = out(y);
   if (mask.defined()) y = y.masked_fill(mask.logical_not().unsqueeze(-1), 0);

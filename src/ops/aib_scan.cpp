@@ -75,7 +75,7 @@ struct Prepared {
 }  // namespace
 
 void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                      const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+                      const at::Tensor& mask, Direction direction, AIBWeights weights) {
   TORCH_CHECK(a.dim() == 3, fn, ": A must be [B, L, D], got ", a.sizes());
   TORCH_CHECK(v.sizes() == a.sizes(), fn, ": V must match A ", a.sizes(), ", got ", v.sizes());
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, fn,
@@ -92,7 +92,7 @@ void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, 
                 " levels, which cover sequences up to ", (int64_t{1} << w.size(0)), " but L = ", L,
                 " (raise max_len)");
   }
-  if (direction == AIBDirection::bidirectional)
+  if (direction == Direction::bidirectional)
     TORCH_CHECK(D % 2 == 0, fn, ": the bidirectional form splits channels in halves; D = ", D,
                 " is odd");
   check_padding_mask(fn, mask, a.size(0), L);
@@ -144,7 +144,7 @@ at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::
 }  // namespace
 
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                              const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+                              const at::Tensor& mask, Direction direction, AIBWeights weights) {
   aib_check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
@@ -152,7 +152,7 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
   if (L == 0) return finish(H, U, p.valid);
   const at::Tensor W = level_weights_for(w, weights, a);
   const int64_t levels = L > 1 ? aib_num_levels(L) : 0;
-  if (direction == AIBDirection::causal) {
+  if (direction == Direction::causal) {
     for (int64_t j = 0; j < levels; ++j) {
       const int64_t s = int64_t{1} << j;
       H = shift_add(H, W[j], s, false);
@@ -175,7 +175,7 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
 }
 
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                                const at::Tensor& mask, AIBDirection direction,
+                                const at::Tensor& mask, Direction direction,
                                 AIBWeights weights) {
   aib_check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
   const int64_t L = a.size(1), D = a.size(2);
@@ -194,7 +194,7 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
     return at::einsum("ijc,bjc->bic", {M, x});
   };
   at::Tensor H, U;
-  if (direction == AIBDirection::causal) {
+  if (direction == Direction::causal) {
     at::Tensor M = weight_matrix(lag, false);
     H = apply(M, p.ev);
     U = apply(M, p.e);
@@ -208,19 +208,10 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
   return finish(H, U, p.valid);
 }
 
-AIBImpl parse_aib_impl(const std::string& name) {
-  if (name == "fused") return AIBImpl::fused;
-  if (name == "reference") return AIBImpl::reference;
-  throw std::invalid_argument("unknown AIB implementation '" + name +
-                              "' (expected fused or reference)");
-}
-
-std::string to_string(AIBImpl impl) { return impl == AIBImpl::fused ? "fused" : "reference"; }
-
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights,
-                    AIBImpl impl) {
-  if (impl == AIBImpl::reference) return aib_scan_reference(a, v, w, mask, direction, weights);
+                    const at::Tensor& mask, Direction direction, AIBWeights weights,
+                    Backend backend) {
+  if (backend == Backend::reference) return aib_scan_reference(a, v, w, mask, direction, weights);
   return aib_scan_fused(a, v, w, mask, direction, weights);
 }
 

@@ -94,7 +94,7 @@ class AIBScanFunction : public torch::autograd::Function<AIBScanFunction> {
 }  // namespace
 
 at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                          const at::Tensor& mask, AIBDirection direction, AIBWeights weights) {
+                          const at::Tensor& mask, Direction direction, AIBWeights weights) {
   aib_check_inputs("aib_scan_fused", a, v, w, mask, direction, weights);
   // The kernel takes log W; how W is parameterised stays in ATen, where autograd handles it.
   at::Tensor lw;
@@ -113,7 +113,7 @@ at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Te
                                 // autograd::Function inputs must be defined: "no mask" is an
                                 // empty tensor.
                                 mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool),
-                                direction == AIBDirection::bidirectional);
+                                direction == Direction::bidirectional);
 }
 
 }  // namespace seqmix::ops

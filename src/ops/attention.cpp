@@ -111,7 +111,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 }  // namespace
 
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& key_mask, bool causal, double dropout) {
+                               const at::Tensor& key_mask, Direction direction, double dropout) {
   check_inputs("attention_reference", q, k, v, key_mask);
   TORCH_CHECK(dropout >= 0 && dropout < 1, "attention_reference: dropout must be in [0, 1), got ",
               dropout);
@@ -121,7 +121,8 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
   const int64_t B = q.size(0), L = q.size(2), dh = q.size(3);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
   at::Tensor allowed;  // [B or 1, 1, L, L]: query i may see key j
-  if (causal) allowed = at::ones({L, L}, q.options().dtype(at::kBool)).tril().view({1, 1, L, L});
+  if (direction == Direction::causal)
+    allowed = at::ones({L, L}, q.options().dtype(at::kBool)).tril().view({1, 1, L, L});
   if (key_mask.defined()) {
     const at::Tensor keys = key_mask.view({B, 1, 1, L});
     allowed = allowed.defined() ? allowed.logical_and(keys) : keys;
@@ -135,28 +136,18 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& key_mask, bool causal) {
+                            const at::Tensor& key_mask, Direction direction) {
   check_inputs("attention_kernel", q, k, v, key_mask);
   return AttentionFunction::apply(
       q.contiguous(), k.contiguous(), v.contiguous(),
-      key_mask.defined() ? key_mask.contiguous() : at::empty({0}, at::kBool), causal);
-}
-
-AttentionImpl parse_attention_impl(const std::string& name) {
-  if (name == "kernel") return AttentionImpl::kernel;
-  if (name == "reference") return AttentionImpl::reference;
-  throw std::invalid_argument("unknown attention implementation '" + name +
-                              "' (expected kernel or reference)");
-}
-
-std::string to_string(AttentionImpl impl) {
-  return impl == AttentionImpl::kernel ? "kernel" : "reference";
+      key_mask.defined() ? key_mask.contiguous() : at::empty({0}, at::kBool),
+      direction == Direction::causal);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& key_mask, bool causal, AttentionImpl impl) {
-  return impl == AttentionImpl::kernel ? attention_kernel(q, k, v, key_mask, causal)
-                                       : attention_reference(q, k, v, key_mask, causal);
+                     const at::Tensor& key_mask, Direction direction, Backend backend) {
+  return backend == Backend::kernel ? attention_kernel(q, k, v, key_mask, direction)
+                                    : attention_reference(q, k, v, key_mask, direction);
 }
 
 }  // namespace seqmix::ops

@@ -24,12 +24,12 @@ void check_param(const char* fn, const char* name, const at::Tensor& t, int64_t 
 }
 
 void check_scan(const char* fn, const at::Tensor& x, const CESCoefficients& coef,
-                const at::Tensor& mask, CESDirection direction) {
+                const at::Tensor& mask, Direction direction) {
   TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
               x.defined() ? x.sizes() : at::IntArrayRef{});
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, fn,
               ": x must be float32 or float64, got ", x.scalar_type());
-  const int64_t C = direction == CESDirection::bidirectional ? 2 * x.size(2) : x.size(2);
+  const int64_t C = direction == Direction::bidirectional ? 2 * x.size(2) : x.size(2);
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", coef.q},
                                 {"mu", coef.mu},
                                 {"c", coef.c}}) {
@@ -147,7 +147,7 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 }
 
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
-                              const at::Tensor& mask, CESDirection direction) {
+                              const at::Tensor& mask, Direction direction) {
   check_scan("ces_scan_reference", x, coef, mask, direction);
   const int64_t L = x.size(1), H = x.size(2);
   if (x.numel() == 0) return at::zeros_like(x);
@@ -159,7 +159,7 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
   const at::Tensor vr = decay * at::cos(n * qi), vi = decay * at::sin(n * qi);
   const at::Tensor kernel = re(coef.c).unsqueeze(1) * vr - im(coef.c).unsqueeze(1) * vi;
   at::Tensor k2l;  // [H, 2L] circular kernel
-  if (direction == CESDirection::causal) {
+  if (direction == Direction::causal) {
     k2l = at::constant_pad_nd(kernel, {0, L});
   } else {
     // [K_fwd(0 .. L-1), flip(K_bwd(0 .. L-1))]: position 2L - m holds the backward kernel's
@@ -174,26 +174,17 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 }
 
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
-                           CESDirection direction) {
+                           Direction direction) {
   check_scan("ces_scan_kernel", x, coef, mask, direction);
   return CESScanFunction::apply(x.contiguous(), coef.mu.contiguous(), coef.c.contiguous(),
                                 mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool),
-                                direction == CESDirection::bidirectional);
+                                direction == Direction::bidirectional);
 }
-
-CESImpl parse_ces_impl(const std::string& name) {
-  if (name == "kernel") return CESImpl::kernel;
-  if (name == "reference") return CESImpl::reference;
-  throw std::invalid_argument("unknown CES implementation '" + name +
-                              "' (expected kernel or reference)");
-}
-
-std::string to_string(CESImpl impl) { return impl == CESImpl::kernel ? "kernel" : "reference"; }
 
 at::Tensor ces_scan(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
-                    CESDirection direction, CESImpl impl) {
-  return impl == CESImpl::kernel ? ces_scan_kernel(x, coef, mask, direction)
-                                 : ces_scan_reference(x, coef, mask, direction);
+                    Direction direction, Backend backend) {
+  return backend == Backend::kernel ? ces_scan_kernel(x, coef, mask, direction)
+                                    : ces_scan_reference(x, coef, mask, direction);
 }
 
 }  // namespace seqmix::ops

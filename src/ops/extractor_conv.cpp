@@ -31,17 +31,6 @@ void check_inputs(const char* op, const at::Tensor& x, const at::Tensor& w) {
 
 }  // namespace
 
-ExtractorImpl parse_extractor_impl(const std::string& name) {
-  if (name == "fft") return ExtractorImpl::fft;
-  if (name == "reference") return ExtractorImpl::reference;
-  throw std::invalid_argument("unknown Extractor implementation '" + name +
-                              "' (expected fft or reference)");
-}
-
-std::string to_string(ExtractorImpl impl) {
-  return impl == ExtractorImpl::fft ? "fft" : "reference";
-}
-
 at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w) {
   check_inputs("extractor_conv_reference", x, w);
   const int64_t t = x.size(1);
@@ -67,8 +56,8 @@ at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w) {
   return torch::fft::irfft(yf.transpose(0, 1), n, 1).narrow(1, 0, t);
 }
 
-at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w, ExtractorImpl impl) {
-  return impl == ExtractorImpl::fft ? extractor_conv_fft(x, w) : extractor_conv_reference(x, w);
+at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w, Backend backend) {
+  return backend == Backend::kernel ? extractor_conv_fft(x, w) : extractor_conv_reference(x, w);
 }
 
 at::Tensor extractor_conv_last(const at::Tensor& history, const at::Tensor& w) {

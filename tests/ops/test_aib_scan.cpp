@@ -6,7 +6,7 @@
 #include "seqmix/ops/aib_scan.h"
 #include "support/gradcheck.h"
 
-using seqmix::ops::AIBDirection;
+using seqmix::ops::Direction;
 using seqmix::ops::AIBWeights;
 
 namespace {
@@ -14,7 +14,7 @@ namespace {
 struct AIBCase {
   std::string name;
   int64_t B, L, D;
-  AIBDirection direction;
+  Direction direction;
   AIBWeights weights;
   bool masked;
   int64_t fd_entries;  // finite-difference probes per input
@@ -22,12 +22,12 @@ struct AIBCase {
 
 std::vector<AIBCase> registry() {
   std::vector<AIBCase> cases;
-  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional}) {
+  for (auto dir : {Direction::causal, Direction::bidirectional}) {
     for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones}) {
       for (int64_t L : {1, 7, 64, 1000}) {
         for (bool masked : {false, true}) {
           const std::string name =
-              std::string(dir == AIBDirection::causal ? "decoder" : "encoder") + "_" +
+              std::string(dir == Direction::causal ? "decoder" : "encoder") + "_" +
               seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "");
           cases.push_back({name, 2, L, 4, dir, w, masked, L >= 1000 ? 24 : 48});
         }
@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(Registry, AIBScanCase, ::testing::ValuesIn(registry()),
 struct FusedCase {
   std::string name;
   int64_t B, L, D;
-  AIBDirection direction;
+  Direction direction;
   AIBWeights weights;
   bool masked;
   at::ScalarType dtype;
@@ -121,7 +121,7 @@ struct FusedCase {
 
 std::vector<FusedCase> fused_registry() {
   std::vector<FusedCase> cases;
-  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional})
+  for (auto dir : {Direction::causal, Direction::bidirectional})
     for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones})
       for (bool masked : {false, true})
         for (auto dtype : {at::kFloat, at::kDouble})
@@ -129,20 +129,20 @@ std::vector<FusedCase> fused_registry() {
             // D = 20: one full 16-lane float block plus a partial one (and, bidirectional,
             // blocks that end at the D/2 boundary).
             const std::string name =
-                std::string(dir == AIBDirection::causal ? "decoder" : "encoder") + "_" +
+                std::string(dir == Direction::causal ? "decoder" : "encoder") + "_" +
                 seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "") +
                 (dtype == at::kFloat ? "_f32" : "_f64");
             cases.push_back({name, 2, L, 20, dir, w, masked, dtype});
           }
-  cases.push_back({"decoder_prefix_exp_L16384_masked_f32", 2, 16384, 20, AIBDirection::causal,
+  cases.push_back({"decoder_prefix_exp_L16384_masked_f32", 2, 16384, 20, Direction::causal,
                    AIBWeights::prefix_exp, true, at::kFloat});
   // An odd number of channel blocks per sequence (or per half), so work items of two blocks
   // and of one block run side by side.
-  cases.push_back({"decoder_prefix_exp_L300_D48_f32", 2, 300, 48, AIBDirection::causal,
+  cases.push_back({"decoder_prefix_exp_L300_D48_f32", 2, 300, 48, Direction::causal,
                    AIBWeights::prefix_exp, false, at::kFloat});
-  cases.push_back({"encoder_exp_L300_D96_masked_f32", 2, 300, 96, AIBDirection::bidirectional,
+  cases.push_back({"encoder_exp_L300_D96_masked_f32", 2, 300, 96, Direction::bidirectional,
                    AIBWeights::exp, true, at::kFloat});
-  cases.push_back({"encoder_exp_L300_D40_masked_f64", 2, 300, 40, AIBDirection::bidirectional,
+  cases.push_back({"encoder_exp_L300_D40_masked_f64", 2, 300, 40, Direction::bidirectional,
                    AIBWeights::exp, true, at::kDouble});
   return cases;
 }
@@ -290,7 +290,7 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
     at::Tensor af = a.to(dtype).requires_grad_(true), vf = v.to(dtype).requires_grad_(true);
     at::Tensor wf = w.to(dtype).requires_grad_(true);
     at::Tensor o =
-        seqmix::ops::aib_scan_fused(af, vf, wf, mask, AIBDirection::causal, AIBWeights::prefix_exp);
+        seqmix::ops::aib_scan_fused(af, vf, wf, mask, Direction::causal, AIBWeights::prefix_exp);
     ASSERT_TRUE(at::isfinite(o).all().item<bool>()) << dtype;
     EXPECT_LT(max_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
     o.sum().backward();
@@ -303,7 +303,7 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
   v.requires_grad_(true);
   w.requires_grad_(true);
   auto f = [&](const std::vector<at::Tensor>& x) {
-    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], mask, AIBDirection::causal,
+    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], mask, Direction::causal,
                                        AIBWeights::prefix_exp);
   };
   seqmix::testing::expect_gradients_match_fd(f, {a, v, w}, 24, 1e-6, 1e-5, 1e-4);
@@ -316,7 +316,7 @@ TEST(AIBFusedStability, FullyPaddedRowsGiveZeroOutputAndGradient) {
     at::Tensor w = at::randn({6, 20}).to(dtype).requires_grad_(true);
     at::Tensor mask = at::ones({2, 40}, at::kBool);
     mask[0].fill_(false);
-    for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional}) {
+    for (auto dir : {Direction::causal, Direction::bidirectional}) {
       at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, mask, dir, AIBWeights::prefix_exp);
       EXPECT_EQ(o[0].abs().sum().item<double>(), 0.0);
       EXPECT_TRUE(at::isfinite(o).all().item<bool>());
@@ -337,15 +337,15 @@ TEST(AIBFused, NonContiguousInputsAndOddChannelCounts) {
   at::Tensor big = at::randn({3, 50, 7}, at::kDouble);
   at::Tensor a = big.narrow(2, 0, 6).transpose(0, 0), v = big.narrow(2, 1, 6);  // strided
   at::Tensor w = at::randn({6, 6}, at::kDouble);
-  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional})
+  for (auto dir : {Direction::causal, Direction::bidirectional})
     EXPECT_TRUE(at::allclose(seqmix::ops::aib_scan_fused(a, v, w, {}, dir, AIBWeights::exp),
                              seqmix::ops::aib_scan_reference(a, v, w, {}, dir, AIBWeights::exp),
                              1e-10, 1e-10));
   at::Tensor a3 = at::randn({1, 9, 3}, at::kDouble), v3 = at::randn({1, 9, 3}, at::kDouble);
   EXPECT_TRUE(at::allclose(
-      seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, AIBDirection::causal,
+      seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, Direction::causal,
                                   AIBWeights::ones),
-      seqmix::ops::aib_scan_reference(a3, v3, {}, {}, AIBDirection::causal, AIBWeights::ones),
+      seqmix::ops::aib_scan_reference(a3, v3, {}, {}, Direction::causal, AIBWeights::ones),
       1e-10, 1e-10));
 }
 
@@ -372,7 +372,7 @@ TEST(AIBScan, PSAttentionIsARunningSoftmaxAverage) {
   torch::manual_seed(4);
   at::Tensor a = at::randn({1, 9, 3}, at::kDouble), v = at::randn({1, 9, 3}, at::kDouble);
   at::Tensor o =
-      seqmix::ops::aib_scan_reference(a, v, {}, {}, AIBDirection::causal, AIBWeights::ones);
+      seqmix::ops::aib_scan_reference(a, v, {}, {}, Direction::causal, AIBWeights::ones);
   for (int64_t i = 0; i < 9; ++i) {
     at::Tensor p = at::softmax(a.narrow(1, 0, i + 1), 1);
     at::Tensor expect = (p * v.narrow(1, 0, i + 1)).sum(1);
@@ -385,7 +385,7 @@ TEST(AIBScan, LargeActivationsDoNotOverflow) {
   at::Tensor a = at::randn({2, 64, 8}) * 30, v = at::randn({2, 64, 8});
   at::Tensor w = at::randn({6, 8});
   at::Tensor o =
-      seqmix::ops::aib_scan_reference(a, v, w, {}, AIBDirection::causal, AIBWeights::prefix_exp);
+      seqmix::ops::aib_scan_reference(a, v, w, {}, Direction::causal, AIBWeights::prefix_exp);
   EXPECT_TRUE(at::isfinite(o).all().item<bool>());
 }
 
@@ -394,7 +394,7 @@ TEST(AIBScan, FullyPaddedRowGivesZeroOutputAndZeroGradient) {
   at::Tensor v = at::randn({1, 5, 4}, at::kDouble).requires_grad_(true);
   at::Tensor w = at::randn({3, 4}, at::kDouble).requires_grad_(true);
   at::Tensor mask = at::zeros({1, 5}, at::kBool);
-  for (auto dir : {AIBDirection::causal, AIBDirection::bidirectional}) {
+  for (auto dir : {Direction::causal, Direction::bidirectional}) {
     at::Tensor o = seqmix::ops::aib_scan_reference(a, v, w, mask, dir, AIBWeights::prefix_exp);
     EXPECT_EQ(o.abs().sum().item<double>(), 0.0);
     o.sum().backward();
@@ -419,22 +419,22 @@ TEST(AIBScan, RejectsBadShapesWithClearMessages) {
   };
   EXPECT_NE(msg([&] {
               seqmix::ops::aib_scan(a, at::randn({1, 8, 5}), at::randn({3, 4}), {},
-                                    AIBDirection::causal, AIBWeights::prefix_exp);
+                                    Direction::causal, AIBWeights::prefix_exp);
             }).find("V must match A"),
             std::string::npos);
   EXPECT_NE(msg([&] {
-              seqmix::ops::aib_scan(a, a, at::randn({2, 4}), {}, AIBDirection::causal,
+              seqmix::ops::aib_scan(a, a, at::randn({2, 4}), {}, Direction::causal,
                                     AIBWeights::prefix_exp);
             }).find("raise max_len"),
             std::string::npos);
   EXPECT_NE(msg([&] {
               seqmix::ops::aib_scan(at::randn({1, 8, 3}), at::randn({1, 8, 3}), at::randn({3, 3}),
-                                    {}, AIBDirection::bidirectional, AIBWeights::prefix_exp);
+                                    {}, Direction::bidirectional, AIBWeights::prefix_exp);
             }).find("odd"),
             std::string::npos);
   EXPECT_NE(msg([&] {
               seqmix::ops::aib_scan(a, a, at::randn({3, 4}), at::ones({1, 7}, at::kBool),
-                                    AIBDirection::causal, AIBWeights::prefix_exp);
+                                    Direction::causal, AIBWeights::prefix_exp);
             }).find("mask must be [B, L]"),
             std::string::npos);
 }

@@ -13,6 +13,9 @@
 
 namespace {
 
+using seqmix::ops::Direction;
+Direction dir(bool causal) { return causal ? Direction::causal : Direction::bidirectional; }
+
 // Valid keys with some padding inside and at the end; `lead` pads the first positions too,
 // so causal queries there see no key at all.
 at::Tensor random_mask(int64_t B, int64_t L, bool lead) {
@@ -71,8 +74,8 @@ Out run(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, const 
   at::Tensor q = q0.detach().clone().requires_grad_(true);
   at::Tensor k = k0.detach().clone().requires_grad_(true);
   at::Tensor v = v0.detach().clone().requires_grad_(true);
-  at::Tensor o = kernel ? seqmix::ops::attention_kernel(q, k, v, mask, causal)
-                        : seqmix::ops::attention_reference(q, k, v, mask, causal);
+  at::Tensor o = kernel ? seqmix::ops::attention_kernel(q, k, v, mask, dir(causal))
+                        : seqmix::ops::attention_reference(q, k, v, mask, dir(causal));
   (o * go).sum().backward();
   return {o.detach(), q.grad(), k.grad(), v.grad()};
 }
@@ -135,7 +138,7 @@ TEST(Attention, KernelGradientsMatchFiniteDifferences) {
     const int64_t B = 2, H = 2, L = 19, dh = 6;
     const at::Tensor mask = random_mask(B, L, causal);
     auto f = [&](const std::vector<at::Tensor>& in) {
-      return seqmix::ops::attention_kernel(in[0], in[1], in[2], mask, causal);
+      return seqmix::ops::attention_kernel(in[0], in[1], in[2], mask, dir(causal));
     };
     auto x = [&] { return at::randn({B, H, L, dh}, at::kDouble).requires_grad_(true); };
     seqmix::testing::expect_gradients_match_fd(f, {x(), x(), x()});
@@ -148,8 +151,8 @@ TEST(Attention, QueriesWithoutKeysGiveZeroAndNoGradient) {
   const at::Tensor q = at::randn({1, 2, 5, 4}, at::kDouble).requires_grad_(true);
   const at::Tensor k = at::randn({1, 2, 5, 4}, at::kDouble).requires_grad_(true);
   const at::Tensor v = at::randn({1, 2, 5, 4}, at::kDouble).requires_grad_(true);
-  for (auto impl : {seqmix::ops::AttentionImpl::kernel, seqmix::ops::AttentionImpl::reference}) {
-    const at::Tensor o = seqmix::ops::attention(q, k, v, mask, true, impl);
+  for (auto impl : {seqmix::ops::Backend::kernel, seqmix::ops::Backend::reference}) {
+    const at::Tensor o = seqmix::ops::attention(q, k, v, mask, Direction::causal, impl);
     EXPECT_EQ(o.narrow(2, 0, 2).abs().max().item<double>(), 0.0) << to_string(impl);
     EXPECT_GT(o.narrow(2, 2, 3).abs().max().item<double>(), 0.0) << to_string(impl);
     for (const auto& t : {q, k, v}) t.mutable_grad() = at::Tensor();
@@ -169,15 +172,15 @@ TEST(Attention, AllValidMaskEqualsNoMaskAndPaddingChangesNoValidRow) {
                    v = at::randn({2, 2, 40, 16});
   for (bool causal : {true, false}) {
     const at::Tensor all = at::ones({2, 40}, at::kBool);
-    EXPECT_TRUE(at::equal(seqmix::ops::attention_kernel(q, k, v, all, causal),
-                          seqmix::ops::attention_kernel(q, k, v, {}, causal)));
+    EXPECT_TRUE(at::equal(seqmix::ops::attention_kernel(q, k, v, all, dir(causal)),
+                          seqmix::ops::attention_kernel(q, k, v, {}, dir(causal))));
     // 24 padded positions in front, holding large values that would dominate any softmax,
     // leave the 40 outputs as they were (causal queries see those keys unless masked).
     const auto pad = [](const at::Tensor& t) { return at::constant_pad_nd(t, {0, 0, 24, 0}, 100.0); };
     const at::Tensor mask = at::cat({at::zeros({2, 24}, at::kBool), all}, 1);
-    const at::Tensor padded = seqmix::ops::attention_kernel(pad(q), pad(k), pad(v), mask, causal);
+    const at::Tensor padded = seqmix::ops::attention_kernel(pad(q), pad(k), pad(v), mask, dir(causal));
     EXPECT_TRUE(at::allclose(padded.narrow(2, 24, 40),
-                             seqmix::ops::attention_kernel(q, k, v, {}, causal), 1e-5, 1e-6))
+                             seqmix::ops::attention_kernel(q, k, v, {}, dir(causal)), 1e-5, 1e-6))
         << (causal ? "causal" : "bidir");
   }
 }
@@ -191,7 +194,7 @@ TEST(Attention, LongSequenceMatchesReferenceOnItsLastRows) {
                    v = at::randn({1, 1, L, 8});
   const at::Tensor mask = random_mask(1, L, false);
   for (bool causal : {true, false}) {
-    const at::Tensor o = seqmix::ops::attention_kernel(q, k, v, mask, causal);
+    const at::Tensor o = seqmix::ops::attention_kernel(q, k, v, mask, dir(causal));
     // The last R queries against all keys; causal: query L - R + r sees keys <= L - R + r.
     const at::Tensor qd = q.narrow(2, L - R, R).to(at::kDouble), kd = k.to(at::kDouble),
                      vd = v.to(at::kDouble);
@@ -207,20 +210,20 @@ TEST(Attention, LongSequenceMatchesReferenceOnItsLastRows) {
 
 TEST(Attention, BadArgumentsAreNamed) {
   const at::Tensor q = at::randn({1, 2, 5, 4});
-  EXPECT_NO_THROW(seqmix::ops::attention_kernel(q, q, q, {}, true));
+  EXPECT_NO_THROW(seqmix::ops::attention_kernel(q, q, q, {}, Direction::causal));
   try {
-    seqmix::ops::attention_kernel(q, at::randn({1, 2, 6, 4}), q, {}, true);
+    seqmix::ops::attention_kernel(q, at::randn({1, 2, 6, 4}), q, {}, Direction::causal);
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("k is [1, 2, 6, 4] but q is [1, 2, 5, 4]"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q.to(at::kDouble), {}, true), c10::Error);
-  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q, at::ones({1, 4}, at::kBool), true),
+  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q.to(at::kDouble), {}, Direction::causal), c10::Error);
+  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q, at::ones({1, 4}, at::kBool), Direction::causal),
                c10::Error);
-  EXPECT_THROW(seqmix::ops::attention_kernel(q.view({2, 5, 4}), q, q, {}, true), c10::Error);
-  EXPECT_THROW(seqmix::ops::parse_attention_impl("flash"), std::invalid_argument);
+  EXPECT_THROW(seqmix::ops::attention_kernel(q.view({2, 5, 4}), q, q, {}, Direction::causal), c10::Error);
+  EXPECT_THROW(seqmix::ops::parse_backend("flash"), std::invalid_argument);
 }
 
 }  // namespace

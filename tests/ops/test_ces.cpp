@@ -14,7 +14,7 @@
 namespace {
 
 using seqmix::ops::CESCoefficients;
-using seqmix::ops::CESDirection;
+using seqmix::ops::Direction;
 
 // Raw parameters drawn like the ring initialisation (|lambda| in [0.1, 0.9], phase in
 // [0, pi], dt log-uniform in [1e-3, 0.1]) but with larger dt so short sequences still mix.
@@ -46,26 +46,26 @@ at::Tensor random_mask(int64_t B, int64_t L) {
 struct CESCase {
   std::string name;
   int64_t B, L, H;
-  CESDirection direction;
+  Direction direction;
   bool masked, normalize;
   at::ScalarType dtype;
 };
 
 std::vector<CESCase> ces_registry() {
   std::vector<CESCase> cases;
-  for (auto dir : {CESDirection::causal, CESDirection::bidirectional})
+  for (auto dir : {Direction::causal, Direction::bidirectional})
     for (bool masked : {false, true})
       for (auto dtype : {at::kFloat, at::kDouble})
         for (int64_t L : {1, 2, 17, 300}) {
           // H = 70: one full 64-channel run plus a partial one.
-          const std::string name = std::string(dir == CESDirection::causal ? "causal" : "bidir") +
+          const std::string name = std::string(dir == Direction::causal ? "causal" : "bidir") +
                                    "_L" + std::to_string(L) + (masked ? "_masked" : "") +
                                    (dtype == at::kFloat ? "_f32" : "_f64");
           cases.push_back({name, 2, L, 70, dir, masked, false, dtype});
         }
-  cases.push_back({"causal_L4096_normalize_f32", 2, 4096, 20, CESDirection::causal, false, true,
+  cases.push_back({"causal_L4096_normalize_f32", 2, 4096, 20, Direction::causal, false, true,
                    at::kFloat});
-  cases.push_back({"bidir_L1000_masked_normalize_f64", 2, 1000, 20, CESDirection::bidirectional,
+  cases.push_back({"bidir_L1000_masked_normalize_f64", 2, 1000, 20, Direction::bidirectional,
                    true, true, at::kDouble});
   return cases;
 }
@@ -98,7 +98,7 @@ double rel_err(const at::Tensor& t, const at::Tensor& truth) {
 TEST_P(CESCaseTest, KernelMatchesReferenceForwardAndBackward) {
   const CESCase& c = GetParam();
   at::manual_seed(7);
-  const int64_t C = c.direction == CESDirection::bidirectional ? 2 * c.H : c.H;
+  const int64_t C = c.direction == Direction::bidirectional ? 2 * c.H : c.H;
   const Params p = make_params(C, c.dtype);
   const at::Tensor x = at::randn({c.B, c.L, c.H}).to(c.dtype);
   const at::Tensor mask = c.masked ? random_mask(c.B, c.L) : at::Tensor();
@@ -137,9 +137,9 @@ INSTANTIATE_TEST_SUITE_P(Registry, CESCaseTest, ::testing::ValuesIn(ces_registry
 
 TEST(CES, KernelGradientsMatchFiniteDifferences) {
   at::manual_seed(3);
-  for (auto dir : {CESDirection::causal, CESDirection::bidirectional})
+  for (auto dir : {Direction::causal, Direction::bidirectional})
     for (bool normalize : {false, true}) {
-      const int64_t B = 2, L = 23, H = 5, C = dir == CESDirection::bidirectional ? 2 * H : H;
+      const int64_t B = 2, L = 23, H = 5, C = dir == Direction::bidirectional ? 2 * H : H;
       const Params p = make_params(C, at::kDouble);
       const at::Tensor mask = random_mask(B, L);
       auto f = [&](const std::vector<at::Tensor>& in) {
@@ -163,9 +163,9 @@ TEST(CES, KernelMatchesVandermondeSumInFloat64) {
       seqmix::ops::ces_coefficients(p.log_lambda, p.log_alpha, p.log_beta, 0.9999, false);
   const at::Tensor x = at::randn({B, L, H}, at::kDouble);
   const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H), coef.c.narrow(0, 0, H)};
-  for (auto dir : {CESDirection::causal, CESDirection::bidirectional}) {
+  for (auto dir : {Direction::causal, Direction::bidirectional}) {
     const at::Tensor y =
-        seqmix::ops::ces_scan_kernel(x, dir == CESDirection::causal ? fwd : coef, {}, dir);
+        seqmix::ops::ces_scan_kernel(x, dir == Direction::causal ? fwd : coef, {}, dir);
     auto z = [&](const at::Tensor& t, int64_t row) {
       return std::complex<double>(t[row][0].item<double>(), t[row][1].item<double>());
     };
@@ -175,7 +175,7 @@ TEST(CES, KernelMatchesVandermondeSumInFloat64) {
         const auto mu = z(coef.mu, h), c = z(coef.c, h);
         for (int64_t n = 0; n <= t; ++n)
           want += (c * std::pow(mu, static_cast<double>(t - n))).real() * x[0][n][h].item<double>();
-        if (dir == CESDirection::bidirectional) {
+        if (dir == Direction::bidirectional) {
           const auto mu2 = z(coef.mu, H + h), c2 = z(coef.c, H + h);
           for (int64_t n = t + 1; n < L; ++n)  // the backward kernel starts at lag 1
             want += (c2 * std::pow(mu2, static_cast<double>(n - t - 1))).real() *
@@ -196,9 +196,9 @@ TEST(CES, BidirectionalBackwardKernelExcludesCurrentToken) {
       seqmix::ops::ces_coefficients(p.log_lambda, p.log_alpha, p.log_beta, 0.9999, false);
   at::Tensor x = at::zeros({1, L, H}, at::kDouble);
   x[0][t0].fill_(1.0);
-  const at::Tensor y = seqmix::ops::ces_scan_kernel(x, coef, {}, CESDirection::bidirectional);
+  const at::Tensor y = seqmix::ops::ces_scan_kernel(x, coef, {}, Direction::bidirectional);
   const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H), coef.c.narrow(0, 0, H)};
-  const at::Tensor yc = seqmix::ops::ces_scan_kernel(x, fwd, {}, CESDirection::causal);
+  const at::Tensor yc = seqmix::ops::ces_scan_kernel(x, fwd, {}, Direction::causal);
   for (int64_t h = 0; h < H; ++h) {
     EXPECT_NEAR(y[0][t0][h].item<double>(), coef.c[h][0].item<double>(), 1e-12);
     EXPECT_NEAR(y[0][t0 - 1][h].item<double>(), coef.c[H + h][0].item<double>(), 1e-12);
@@ -240,8 +240,8 @@ TEST(CES, ConstraintAtItsBoundary) {
 TEST(CES, MaskedInputsChangeNothingAndUnmaskedMaskIsANoOp) {
   at::manual_seed(11);
   const int64_t B = 2, L = 40, H = 6;
-  for (auto dir : {CESDirection::causal, CESDirection::bidirectional}) {
-    const Params p = make_params(dir == CESDirection::bidirectional ? 2 * H : H, at::kFloat);
+  for (auto dir : {Direction::causal, Direction::bidirectional}) {
+    const Params p = make_params(dir == Direction::bidirectional ? 2 * H : H, at::kFloat);
     const CESCoefficients coef =
         seqmix::ops::ces_coefficients(p.log_lambda, p.log_alpha, p.log_beta, 0.9999, false);
     const at::Tensor x = at::randn({B, L, H});
@@ -262,19 +262,19 @@ TEST(CES, BadShapesAreNamed) {
   const CESCoefficients coef =
       seqmix::ops::ces_coefficients(p.log_lambda, p.log_alpha, p.log_beta, 0.9999, false);
   const at::Tensor x = at::randn({1, 5, 4});
-  EXPECT_NO_THROW(seqmix::ops::ces_scan_kernel(x, coef, {}, CESDirection::causal));
+  EXPECT_NO_THROW(seqmix::ops::ces_scan_kernel(x, coef, {}, Direction::causal));
   try {
-    seqmix::ops::ces_scan_kernel(x, coef, {}, CESDirection::bidirectional);
+    seqmix::ops::ces_scan_kernel(x, coef, {}, Direction::bidirectional);
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("must have 8 rows"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(seqmix::ops::ces_scan_kernel(x.to(at::kDouble), coef, {}, CESDirection::causal),
+  EXPECT_THROW(seqmix::ops::ces_scan_kernel(x.to(at::kDouble), coef, {}, Direction::causal),
                c10::Error);
   EXPECT_THROW(seqmix::ops::ces_scan_kernel(x, coef, at::ones({1, 4}, at::kBool),
-                                            CESDirection::causal),
+                                            Direction::causal),
                c10::Error);
-  EXPECT_THROW(seqmix::ops::parse_ces_impl("fft"), std::invalid_argument);
+  EXPECT_THROW(seqmix::ops::parse_backend("recurrence"), std::invalid_argument);
 }
 
 }  // namespace
@@ -330,7 +330,7 @@ TEST(CESLayer, StepMatchesForwardForEveryShortcut) {
                                       : sc == seqmix::nn::CESShortcut::sigmoid ? x * at::sigmoid(ces->omega)
                                                                                : at::zeros_like(x));
       EXPECT_TRUE(at::allclose(conv, seqmix::ops::ces_scan_reference(x, ces->coefficients(), {},
-                                                                     CESDirection::causal),
+                                                                     Direction::causal),
                                1e-9, 1e-9));
     }
 }

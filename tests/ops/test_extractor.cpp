@@ -63,7 +63,7 @@ TEST_P(ExtractorConv, GradientsMatchFiniteDifferences) {
   torch::manual_seed(22);
   at::Tensor x = at::randn({c.B, c.t, c.D}, at::kDouble).requires_grad_(true);
   at::Tensor w = at::randn({c.l, c.D, c.D}, at::kDouble).requires_grad_(true);
-  for (auto impl : {ops::ExtractorImpl::fft, ops::ExtractorImpl::reference}) {
+  for (auto impl : {ops::Backend::kernel, ops::Backend::reference}) {
     SCOPED_TRACE(ops::to_string(impl));
     seqmix::testing::expect_gradients_match_fd(
         [&](const std::vector<at::Tensor>& in) { return ops::extractor_conv(in[0], in[1], impl); },
@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ExtractorConv,
 
 TEST(ExtractorConvErrors, SequenceLongerThanWindowIsRejected) {
   at::Tensor x = at::randn({1, 9, 4}), w = at::randn({8, 4, 4});
-  for (auto impl : {ops::ExtractorImpl::fft, ops::ExtractorImpl::reference}) {
+  for (auto impl : {ops::Backend::kernel, ops::Backend::reference}) {
     try {
       ops::extractor_conv(x, w, impl);
       FAIL() << "no error";
@@ -113,7 +113,28 @@ TEST(ExtractorConvErrors, ShapeAndDtypeMismatchesAreRejected) {
   EXPECT_THROW(ops::extractor_conv(at::randn({4, 4}), at::randn({8, 4, 4})), std::invalid_argument);
   EXPECT_THROW(ops::extractor_conv(at::randn({1, 4, 4}), at::randn({8, 4, 4}, at::kDouble)),
                std::invalid_argument);
-  EXPECT_THROW(ops::parse_extractor_impl("gemm"), std::invalid_argument);
+  EXPECT_THROW(ops::parse_backend("gemm"), std::invalid_argument);
+}
+
+TEST(OpBackend, ParsesKernelReferenceAndTheOldSpellings) {
+  EXPECT_EQ(ops::parse_backend("kernel"), ops::Backend::kernel);
+  EXPECT_EQ(ops::parse_backend("reference"), ops::Backend::reference);
+  // seqmix 0.1 wrote aib_impl = "fused" and extractor_impl = "fft".
+  EXPECT_EQ(ops::parse_backend("fused"), ops::Backend::kernel);
+  EXPECT_EQ(ops::parse_backend("fft"), ops::Backend::kernel);
+  for (auto b : {ops::Backend::kernel, ops::Backend::reference})
+    EXPECT_EQ(ops::parse_backend(ops::to_string(b)), b);
+  try {
+    ops::parse_backend("Kernel");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'Kernel' (expected kernel or reference)"),
+              std::string::npos)
+        << e.what();
+  }
+  for (auto d : {ops::Direction::causal, ops::Direction::bidirectional})
+    EXPECT_EQ(ops::parse_direction(ops::to_string(d)), d);
+  EXPECT_THROW(ops::parse_direction("decoder"), std::invalid_argument);
 }
 
 TEST(ExtractorLayer, StepRejectsPositionsPastTheWindow) {

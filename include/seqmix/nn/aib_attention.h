@@ -25,7 +25,7 @@ struct AIBAttentionOptions {
   /// Biases on A and V (Moss has them; AIB-Net / Weird-Net do not).
   TORCH_ARG(bool, bias_av) = false;
   /// Scan implementation: the fused CPU kernel (default) or the literal reference.
-  TORCH_ARG(ops::AIBImpl, impl) = ops::AIBImpl::fused;
+  TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
   /// Number of stacked layers N, used only for the W_O init std sqrt((1 - 2/D) / (2 N D)).
   TORCH_ARG(int64_t, n_layers) = 1;
 };

@@ -47,7 +47,7 @@ struct CESOptions {
   /// appendix B adds "for the sake of performance".
   TORCH_ARG(bool, normalize) = false;
   /// kernel (the recurrence, default) or the authors' FFT formulation.
-  TORCH_ARG(ops::CESImpl, impl) = ops::CESImpl::kernel;
+  TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
 };
 
 /// Parameters (C = H, or 2 H when bidirectional; complex numbers as [C, 2]):

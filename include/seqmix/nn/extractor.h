@@ -24,8 +24,8 @@ struct ExtractorOptions {
   TORCH_ARG(bool, adjust) = true;
   /// The optional W_opt of eq. 20 (Figs. 6-7 compare with and without it).
   TORCH_ARG(bool, out_proj) = true;
-  /// fft (default) or the literal per-lag reference.
-  TORCH_ARG(ops::ExtractorImpl, impl) = ops::ExtractorImpl::fft;
+  /// kernel (the FFT convolution, default) or the literal per-lag reference.
+  TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
   /// Number of stacked layers m, for the W_opt init (see ExtractorImpl).
   TORCH_ARG(int64_t, n_layers) = 1;
 };

@@ -32,7 +32,7 @@ struct SelfAttentionOptions {
   TORCH_ARG(bool, use_sdpa) = false;
   /// softmax(QK^T)V by the fused kernel (ops/attention.h; O(L) memory) or the literal ATen
   /// reference ([B, H, L, L] scores). Dropout > 0 in training always runs the reference.
-  TORCH_ARG(ops::AttentionImpl, impl) = ops::AttentionImpl::kernel;
+  TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
 };
 
 /// Parameters: `qkv` (Linear D -> 3D), `out` (Linear D -> D). Init: qkv ~ N(0, 1/D),

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <string>
 
+#include "seqmix/ops/common.h"
+
 namespace seqmix::ops {
 
 /// How the per-level distance weights W [K, D] are derived from the parameter w [K, D].
@@ -28,9 +30,6 @@ enum class AIBWeights {
   exp,         ///< W = exp(w) (the ablation of weird-net Table IX)
   ones,        ///< W = 1: PS attention (weird-net Sec. III.A, eqs. 12-27); w is unused
 };
-
-/// Causal (decoder, Algorithm 1) or bidirectional (encoder, Algorithm 2) scan.
-enum class AIBDirection { causal, bidirectional };
 
 /// Parses "prefix_exp" | "exp" | "ones". @throws std::invalid_argument naming the value.
 AIBWeights parse_aib_weights(const std::string& name);
@@ -63,12 +62,12 @@ at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n);
 /// @throws c10::Error on a shape/dtype mismatch (message names the argument), on odd D in
 ///         the bidirectional form, or when K levels are too few for L.
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                              const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
+                              const at::Tensor& mask, Direction direction, AIBWeights weights);
 
 /// The closed form H_i = sum_d a_d E_{i-d} V_{i-d} evaluated directly in O(L^2 D): an
 /// independent oracle for tests. Same contract as aib_scan_reference.
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                                const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
+                                const at::Tensor& mask, Direction direction, AIBWeights weights);
 
 /// The fused CPU kernel (src/ops/cpu/aib_scan_kernel.h) as a torch::autograd::Function:
 /// forward and backward in float32 and float64, gradients for A, V and w.
@@ -94,18 +93,13 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// O(B L D) (A, V), plus O(L log L) scratch per thread.
 /// Non-contiguous inputs are copied to contiguous ones first.
 at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                          const at::Tensor& mask, AIBDirection direction, AIBWeights weights);
+                          const at::Tensor& mask, Direction direction, AIBWeights weights);
 
-/// Which implementation `aib_scan` runs.
-enum class AIBImpl { fused, reference };
-/// Parses "fused" | "reference". @throws std::invalid_argument naming the value.
-AIBImpl parse_aib_impl(const std::string& name);
-std::string to_string(AIBImpl impl);
-
-/// The op the layers call: the fused kernel by default, the reference on request.
+/// The op the layers call: the fused kernel (Backend::kernel, the default) or the reference.
+/// `direction`: causal (decoder, Algorithm 1) or bidirectional (encoder, Algorithm 2).
 /// Same contract as aib_scan_reference.
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                    const at::Tensor& mask, AIBDirection direction, AIBWeights weights,
-                    AIBImpl impl = AIBImpl::fused);
+                    const at::Tensor& mask, Direction direction, AIBWeights weights,
+                    Backend backend = Backend::kernel);
 
 }  // namespace seqmix::ops

@@ -15,19 +15,22 @@
 
 #include <string>
 
+#include "seqmix/ops/common.h"
+
 namespace seqmix::ops {
 
 /// Literal eq. 1 in ATen ops: the [B, H, L, L] scores, a masked fill, softmax, and a second
 /// matrix product; autograd through ATen. O(B H L^2) memory: the test oracle.
 /// @param q, k, v   [B, H, L, d_head], float32 or float64, one dtype.
 /// @param key_mask  [B, L] bool (true = valid key) or undefined (all valid).
-/// @param causal    query i sees keys j <= i only.
+/// @param direction causal: query i sees keys j <= i only; bidirectional: every key.
 /// @param dropout   probability of zeroing an attention probability (inverted dropout, as
 ///                  torch.nn.MultiheadAttention); 0 in evaluation.
 /// @return O [B, H, L, d_head].
 /// @throws c10::Error naming the argument on a shape or dtype mismatch.
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& key_mask, bool causal, double dropout = 0.0);
+                               const at::Tensor& key_mask, Direction direction,
+                               double dropout = 0.0);
 
 /// The fused CPU kernel (flash-attention's scheme, Dao et al. 2022, on the CPU): per
 /// (sequence, head), query rows in blocks whose scores against the keys they may see are
@@ -38,17 +41,12 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 /// order gradients only (double backward throws c10::Error).
 /// Same contract as attention_reference.
 at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& key_mask, bool causal);
+                            const at::Tensor& key_mask, Direction direction);
 
-/// Which implementation `attention` runs.
-enum class AttentionImpl { kernel, reference };
-/// Parses "kernel" | "reference". @throws std::invalid_argument naming the value.
-AttentionImpl parse_attention_impl(const std::string& name);
-std::string to_string(AttentionImpl impl);
-
-/// The op the layers call (kernel by default). Same contract as attention_reference.
+/// The op the layers call: the fused kernel (Backend::kernel, the default) or the reference
+/// (without dropout). Same contract as attention_reference.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& key_mask, bool causal,
-                     AttentionImpl impl = AttentionImpl::kernel);
+                     const at::Tensor& key_mask, Direction direction,
+                     Backend backend = Backend::kernel);
 
 }  // namespace seqmix::ops

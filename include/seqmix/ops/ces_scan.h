@@ -28,9 +28,9 @@
 
 #include <string>
 
-namespace seqmix::ops {
+#include "seqmix/ops/common.h"
 
-enum class CESDirection { causal, bidirectional };
+namespace seqmix::ops {
 
 /// The recurrence's per-channel coefficients, each [C, 2] (real, imaginary), differentiable
 /// functions of the raw parameters: q (constrained), mu = exp(q), c (see the file comment).
@@ -55,7 +55,7 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 /// @return y [B, L, H] (without shortcut).
 /// @throws c10::Error on a shape/dtype mismatch (names the argument).
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
-                              const at::Tensor& mask, CESDirection direction);
+                              const at::Tensor& mask, Direction direction);
 
 /// The CPU kernel: the same output as a complex diagonal linear recurrence over L, vectorised
 /// over channels (rows read contiguously), O(B H L). Backward (hand-written, a
@@ -63,16 +63,11 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 /// dL/dmu and dL/dc by one forward pass that carries s_t and ds_t/dmu (no stored states;
 /// parameter gradients summed in float64). Same contract as ces_scan_reference.
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
-                           CESDirection direction);
+                           Direction direction);
 
-/// Which implementation `ces_scan` runs.
-enum class CESImpl { kernel, reference };
-/// Parses "kernel" | "reference". @throws std::invalid_argument naming the value.
-CESImpl parse_ces_impl(const std::string& name);
-std::string to_string(CESImpl impl);
-
-/// The op the layers call (kernel by default). Same contract as ces_scan_reference.
+/// The op the layers call: the recurrence (Backend::kernel, the default) or the FFT
+/// reference. Same contract as ces_scan_reference.
 at::Tensor ces_scan(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
-                    CESDirection direction, CESImpl impl = CESImpl::kernel);
+                    Direction direction, Backend backend = Backend::kernel);
 
 }  // namespace seqmix::ops

@@ -12,17 +12,9 @@
 
 #include <string>
 
+#include "seqmix/ops/common.h"
+
 namespace seqmix::ops {
-
-/// How extractor_conv computes eq. 18.
-enum class ExtractorImpl {
-  fft,        ///< rfft over the sequence, one complex [B, D] x [D, D] product per frequency
-  reference,  ///< the literal per-lag sum (one matrix product per lag), the test oracle
-};
-
-/// Parses "fft" | "reference". @throws std::invalid_argument naming the value.
-ExtractorImpl parse_extractor_impl(const std::string& name);
-std::string to_string(ExtractorImpl impl);
 
 /// Literal eq. 18: for each lag k < t, ext[:, k:] += x[:, :t-k] @ W[k]. O(t^2 D^2) work, t
 /// matrix products; autograd through ATen.
@@ -40,9 +32,10 @@ at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w);
 /// results agree to rounding (float32: ~1e-6 relative).
 at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w);
 
-/// Dispatches to one of the above.
+/// Dispatches: Backend::kernel (the default) runs extractor_conv_fft, Backend::reference the
+/// literal per-lag extractor_conv_reference.
 at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w,
-                          ExtractorImpl impl = ExtractorImpl::fft);
+                          Backend backend = Backend::kernel);
 
 /// One decoding step of eq. 18: the newest position's output given the inputs so far.
 /// @param history  [B, t, D]: x[0 .. t-1], the last row being the current token, t <= l.

@@ -1,0 +1,35 @@
+#pragma once
+/// @file common.h
+/// Vocabulary shared by every op: which implementation runs (Backend) and which positions a
+/// sequence position may read (Direction). Declared once so that every op, layer option and
+/// configuration key spells them the same way.
+#include <string>
+
+namespace seqmix::ops {
+
+/// Which implementation of an op runs.
+enum class Backend {
+  kernel,     ///< the optimised CPU implementation (fused scan, recurrence, flash-style, FFT)
+  reference,  ///< the paper's algorithm written literally in ATen ops: the test oracle
+};
+
+/// Which positions an output position depends on.
+enum class Direction {
+  causal,         ///< positions j <= i (decoder)
+  bidirectional,  ///< every position (encoder)
+};
+
+/// Parses "kernel" | "reference". The older per-op spellings "fused" (AIB scan) and "fft"
+/// (Extractor convolution) are read as `kernel`, so configurations and checkpoints written
+/// with them keep loading.
+/// @throws std::invalid_argument naming the value and the accepted choices.
+Backend parse_backend(const std::string& name);
+/// "kernel" | "reference".
+std::string to_string(Backend backend);
+
+/// Parses "causal" | "bidirectional". @throws std::invalid_argument naming the value.
+Direction parse_direction(const std::string& name);
+/// "causal" | "bidirectional".
+std::string to_string(Direction direction);
+
+}  // namespace seqmix::ops

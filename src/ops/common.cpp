@@ -1,0 +1,31 @@
+#include "seqmix/ops/common.h"
+
+#include <stdexcept>
+
+namespace seqmix::ops {
+
+Backend parse_backend(const std::string& name) {
+  if (name == "kernel") return Backend::kernel;
+  if (name == "reference") return Backend::reference;
+  // Spellings of seqmix <= 0.1 (aib_impl = "fused", extractor_impl = "fft").
+  if (name == "fused" || name == "fft") return Backend::kernel;
+  throw std::invalid_argument("unknown op backend '" + name +
+                              "' (expected kernel or reference)");
+}
+
+std::string to_string(Backend backend) {
+  return backend == Backend::kernel ? "kernel" : "reference";
+}
+
+Direction parse_direction(const std::string& name) {
+  if (name == "causal") return Direction::causal;
+  if (name == "bidirectional") return Direction::bidirectional;
+  throw std::invalid_argument("unknown direction '" + name +
+                              "' (expected causal or bidirectional)");
+}
+
+std::string to_string(Direction direction) {
+  return direction == Direction::causal ? "causal" : "bidirectional";
+}
+
+}  // namespace seqmix::ops
