@@ -5,17 +5,121 @@
 namespace seqmix::models {
 
 namespace {
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
+
+using V = util::FieldValue;
+using Names = std::vector<std::string>;
+
+// The Extractor paper's stack (Sec. 4, 6): no LayerNorm, no biases, no dropout, learned
+// positions, ReLU FFN, separate output matrix.
+std::vector<FieldAssignment> extractor_stack(const char* mixer) {
+  return {{"mixers", V(Names{mixer})}, {"norm", V(false)}, {"bias", V(false)},
+          {"activation", V(std::string("relu"))}, {"tie_embeddings", V(false)}};
+}
+
+// The Extractor paper's training (Table 1): PyTorch's AdamW defaults with lr 1e-3 (beta2
+// 0.999, weight decay 0.01), constant rate, no warm-up, no clipping.
+std::vector<FieldAssignment> extractor_training() {
+  return {{"train.lr", V(1e-3)},
+          {"train.beta2", V(0.999)},
+          {"train.weight_decay", V(0.01)},
+          {"train.schedule", V(std::string("constant"))},
+          {"train.warmup_steps", V(int64_t{0})},
+          {"train.grad_clip", V(0.0)}};
+}
+
+// ETSMLP (etsmlp Sec. 3.2, appendix B): ESMLP blocks (d_ff = Table 5's H), ReLU, the
+// LRU-style normalisation, |mu| <= 0.9999. The paper's models are bidirectional encoders
+// (classification, mean pooling); the -lm presets are the causal variant for language
+// modelling, which also decodes step by step.
+std::vector<FieldAssignment> etsmlp_stack(bool gate, bool causal) {
+  return {{"mixers", V(Names{"etsmlp"})}, {"activation", V(std::string("relu"))},
+          {"ces.normalize", V(true)},     {"ces.gate", V(gate)},
+          {"causal", V(causal)}};
+}
+
+ModelPreset row(std::string name, std::string summary, std::string source,
+                std::vector<FieldAssignment> model) {
+  ModelPreset p;
+  p.name = std::move(name);
+  p.summary = std::move(summary);
+  p.source = std::move(source);
+  p.model = std::move(model);
+  return p;
+}
+
+std::vector<ModelPreset> make_presets() {
+  const auto structure_b = V(Names{"aib", "attention"});
+  std::vector<ModelPreset> rows;
+  rows.push_back(row("weird-net", "Structure B: AIB attention and self-attention alternating",
+                     "weird-net Sec. III.E", {{"mixers", structure_b}}));
+  ModelPreset alias = rows.back();
+  alias.name = "aib-net";
+  alias.alias_of = "weird-net";
+  alias.summary = "alias of weird-net";
+  alias.source = "aib-net";
+  rows.push_back(alias);
+  rows.push_back(row("weird-net-a", "Structure A: AIB attention in every layer",
+                     "weird-net Sec. III.E", {{"mixers", V(Names{"aib"})}}));
+  rows.back().task_role = TaskRole::encoder;
+  rows.push_back(row("moss", "Structure B, Leaky-ReLU FFN, biases on A and V", "moss Sec. III",
+                     {{"mixers", structure_b},
+                      {"activation", V(std::string("leaky_relu"))},
+                      {"aib.bias", V(true)}}));
+  rows.push_back(row("transformer", "softmax self-attention in every layer (GPT-2 style)",
+                     "GPT-2", {{"mixers", V(Names{"attention"})}}));
+  rows.back().task_role = TaskRole::encoder;
+  rows.push_back(row("extractor-transformer",
+                     "the Extractor in place of self-attention (its paper's plain stack)",
+                     "extractor Sec. 4, 6", extractor_stack("extractor")));
+  rows.back().lm_train = extractor_training();
+  rows.push_back(row("transformer-plain",
+                     "the same stack with self-attention (the Extractor paper's baseline)",
+                     "extractor Sec. 6", extractor_stack("attention")));
+  rows.back().lm_train = extractor_training();
+  for (const bool gate : {false, true}) {
+    const std::string base = gate ? "etsmlp-gate" : "etsmlp";
+    const std::string what = gate ? "ESMLP-Gate" : "ESMLP";
+    rows.push_back(row(base, what + " encoder (bidirectional CES MLP) for classification",
+                       "etsmlp Sec. 3.2, appendix B", etsmlp_stack(gate, false)));
+    rows.back().task_role = TaskRole::encoder;
+    rows.back().task_recipe = TaskRecipe::etsmlp;
+    rows.back().language_model = false;
+    rows.back().lm_variant = base + "-lm";
+  }
+  for (const bool gate : {false, true}) {
+    const std::string what = gate ? "ESMLP-Gate" : "ESMLP";
+    rows.push_back(row(gate ? "etsmlp-gate-lm" : "etsmlp-lm",
+                       "causal " + what + " language model (decodes step by step)",
+                       "etsmlp Sec. 3.2", etsmlp_stack(gate, true)));
+    rows.back().task_recipe = TaskRecipe::etsmlp;
+  }
+  return rows;
+}
+
 }  // namespace
 
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> rows = make_presets();
+  return rows;
+}
+
+const ModelPreset& find_preset(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return p;
+  throw std::invalid_argument("unknown model preset '" + name +
+                              "' (expected one of: " + join(family_names()) + ")");
+}
+
 std::vector<std::string> family_names() {
-  return {"weird-net",   "aib-net",     "weird-net-a",  "moss",      "transformer",
-          "extractor-transformer", "transformer-plain", "etsmlp", "etsmlp-gate", "etsmlp-lm",
-          "etsmlp-gate-lm"};
+  std::vector<std::string> names;
+  for (const auto& p : model_presets()) names.push_back(p.name);
+  return names;
 }
 
 const std::vector<SizePreset>& size_presets() {
@@ -31,44 +135,42 @@ const std::vector<SizePreset>& size_presets() {
   return sizes;
 }
 
+namespace {
+
+template <class S>
+bool assign(S& s, const std::vector<util::Field<S>>& fields, const std::string& key,
+            const util::FieldValue& value) {
+  for (const auto& f : fields) {
+    if (key != f.name) continue;
+    if (!f.set(s, value))
+      throw std::invalid_argument("model field " + key + ": must be " + util::field_type_name(f.type()) +
+                                  ", got " + util::field_type_name(value));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void apply_model_fields(ModelConfig& c, const std::vector<FieldAssignment>& assignments) {
+  for (const auto& [key, value] : assignments) {
+    const auto dot = key.find('.');
+    const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+    const std::string name = dot == std::string::npos ? key : key.substr(dot + 1);
+    bool done = false;
+    ModelConfig::visit_sections(c, [&](const std::string& path, auto& s, const auto& fields) {
+      if (!done && path == section) done = assign(s, fields, name, value);
+    });
+    if (!done) throw std::invalid_argument("unknown model key 'model." + key + "'");
+  }
+}
+
 ModelConfig make_model_config(const std::string& family, const std::string& size) {
+  const ModelPreset& preset = find_preset(family);
   ModelConfig c;
   c.preset = family;
   c.size = size;
-  if (family == "weird-net" || family == "aib-net") {
-    c.mixers = {"aib", "attention"};
-  } else if (family == "weird-net-a") {
-    c.mixers = {"aib"};
-  } else if (family == "moss") {
-    c.mixers = {"aib", "attention"};
-    c.activation = "leaky_relu";
-    c.aib_bias = true;
-  } else if (family == "transformer") {
-    c.mixers = {"attention"};
-  } else if (family == "extractor-transformer" || family == "transformer-plain") {
-    // The Extractor paper's stack (Sec. 4, 6): no LayerNorm, no biases, no dropout, learned
-    // positions, ReLU FFN, separate output matrix; its baseline is the same stack with
-    // self-attention (transformer-plain, heads from the size or --set model.n_heads).
-    c.mixers = {family == "extractor-transformer" ? "extractor" : "attention"};
-    c.norm = false;
-    c.bias = false;
-    c.activation = "relu";
-    c.tie_embeddings = false;
-  } else if (family == "etsmlp" || family == "etsmlp-gate" || family == "etsmlp-lm" ||
-             family == "etsmlp-gate-lm") {
-    // ETSMLP (etsmlp Sec. 3.2, appendix B): ESMLP blocks (d_ff = Table 5's H), ReLU, the
-    // LRU-style normalisation, |mu| <= 0.9999. The paper's models are bidirectional
-    // encoders (classification, mean pooling); the -lm presets are the causal variant for
-    // language modelling, which also decodes step by step.
-    c.mixers = {"etsmlp"};
-    c.activation = "relu";
-    c.ces_normalize = true;
-    c.ces_gate = family == "etsmlp-gate" || family == "etsmlp-gate-lm";
-    c.causal = family == "etsmlp-lm" || family == "etsmlp-gate-lm";
-  } else {
-    throw std::invalid_argument("unknown model preset '" + family +
-                                "' (expected one of: " + join(family_names()) + ")");
-  }
+  apply_model_fields(c, preset.model);
   for (const auto& s : size_presets()) {
     if (s.name != size) continue;
     c.n_layers = s.n_layers;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -21,84 +22,130 @@
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/listops.h"
 #include "seqmix/data/tasks.h"
+#include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/task_presets.h"
+#include "seqmix/util/fields.h"
 #include "seqmix/util/memory.h"
 
 namespace seqmix::train {
 
 namespace {
 
+using util::Field;
+using util::FieldValue;
+
+const std::vector<Field<DataConfig>>& data_fields() {
+  using D = DataConfig;
+  static const std::vector<Field<D>> f = {
+      {"source", &D::source, "corpus name or text file/folder", {}, false, "--data"},
+      {"dir", &D::dir, "folder scripts/setup.sh fills ('': the default lookup)", {}, false,
+       "--data-dir"},
+      {"eval_split", &D::eval_split, "valid or test"},
+      {"tokenizer", &D::tokenizer, "bytes or a SentencePiece model path", {}, true,
+       "--tokenizer"},
+      {"task", &D::task, "classification task ('': language modelling)", {}, true, "--task"},
+      {"task_seed", &D::task_seed, "task data generation and splits", {}, true},
+      {"train_examples", &D::train_examples, "examples (0: the task's default)", {}, true},
+      {"valid_examples", &D::valid_examples, "examples (0: the task's default)", {}, true},
+      {"test_examples", &D::test_examples, "examples (0: the task's default)", {}, true},
+      {"pad_to_multiple", &D::pad_to_multiple, "task batches padded to a multiple of this",
+       {}, true},
+  };
+  return f;
+}
+
+const std::vector<Field<TrainConfig>>& train_fields() {
+  using T = TrainConfig;
+  static const std::vector<Field<T>> f = {
+      {"batch_size", &T::batch_size, "sequences per step", {}, false, "--batch-size"},
+      {"max_steps", &T::max_steps, "optimizer steps", {}, false, "--max-steps"},
+      {"lr", &T::lr, "peak learning rate", {}, false, "--lr"},
+      {"min_lr_ratio", &T::min_lr_ratio, "final lr = lr x this"},
+      {"warmup_steps", &T::warmup_steps, "linear warm-up steps"},
+      {"schedule", &T::schedule, "cosine | linear | constant"},
+      {"decay_steps", &T::decay_steps, "steps the schedule decays over (0: max_steps)", {},
+       true},
+      {"weight_decay", &T::weight_decay, "AdamW decoupled decay (weight matrices)"},
+      {"beta1", &T::beta1, "AdamW beta1"},
+      {"beta2", &T::beta2, "AdamW beta2"},
+      {"eps", &T::eps, "AdamW epsilon"},
+      {"grad_clip", &T::grad_clip, "max global gradient norm (0: off)"},
+      {"eval_interval", &T::eval_interval, "steps between evaluations (0: at the end)"},
+      {"eval_max_bytes", &T::eval_max_bytes, "held-out tokens per periodic evaluation"},
+      {"checkpoint_interval", &T::checkpoint_interval, "steps between checkpoints"},
+      {"log_interval", &T::log_interval, "steps between metrics lines"},
+      {"seed", &T::seed, "init, batch order, sampling", {}, false, "--seed"},
+      {"threads", &T::threads, "intra-op threads (0: all)", {}, false, "--threads"},
+      {"nonfinite", &T::nonfinite, "stop | skip on a non-finite loss", {}, true},
+  };
+  return f;
+}
+
+// Calls f(section path, struct, fields) for every section of a RunConfig: [model] and its
+// mixer sections, [data], [train]. The one walk all the TOML code below is built on.
+template <class Config, class F>
+void visit_sections(Config& c, F&& f) {
+  models::ModelConfig::visit_sections(c.model, [&](const std::string& path, auto& s,
+                                                   const auto& fields) {
+    f(path.empty() ? std::string("model") : "model." + path, s, fields);
+  });
+  f(std::string("data"), c.data, data_fields());
+  f(std::string("train"), c.train, train_fields());
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+    parts.push_back(path.substr(start, dot - start));
+  parts.push_back(path.substr(start));
+  return parts;
+}
+
+// The table at `path` ("model.aib") in `t`, created if absent.
+toml::table& table_at(toml::table& t, const std::string& path) {
+  toml::table* cur = &t;
+  for (const auto& part : split_path(path)) {
+    if (!cur->contains(part)) cur->insert(part, toml::table{});
+    cur = (*cur)[part].as_table();
+  }
+  return *cur;
+}
+
+// The node at dotted `path` in `t`, or nullptr.
+const toml::node* node_at(const toml::table& t, const std::string& path) {
+  const toml::table* cur = &t;
+  const auto parts = split_path(path);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    cur = cur->get_as<toml::table>(parts[i]);
+    if (!cur) return nullptr;
+  }
+  return cur->get(parts.back());
+}
+
+void insert_value(toml::table& t, const std::string& key, const FieldValue& v) {
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          toml::array a;
+          for (const auto& s : x) a.push_back(s);
+          t.insert_or_assign(key, std::move(a));
+        } else {
+          t.insert_or_assign(key, x);
+        }
+      },
+      v);
+}
+
 toml::table to_table(const RunConfig& c) {
-  const auto& m = c.model;
-  toml::array mixers;
-  for (const auto& s : m.mixers) mixers.push_back(s);
-  toml::table model{{"preset", m.preset},
-                    {"size", m.size},
-                    {"vocab_size", m.vocab_size},
-                    {"d_model", m.d_model},
-                    {"n_layers", m.n_layers},
-                    {"n_heads", m.n_heads},
-                    {"d_ff", m.d_ff},
-                    {"max_len", m.max_len},
-                    {"mixers", mixers},
-                    {"causal", m.causal},
-                    {"activation", m.activation},
-                    {"aib_weights", m.aib_weights},
-                    {"aib_bias", m.aib_bias},
-                    {"aib_impl", m.aib_impl},
-                    {"pre_norm", m.pre_norm},
-                    {"dropout", m.dropout},
-                    {"tie_embeddings", m.tie_embeddings},
-                    {"norm", m.norm},
-                    {"bias", m.bias},
-                    {"extractor_adjust", m.extractor_adjust},
-                    {"extractor_out_proj", m.extractor_out_proj},
-                    {"extractor_impl", m.extractor_impl},
-                    {"norm_type", m.norm_type},
-                    {"ces_gate", m.ces_gate},
-                    {"ces_shortcut", m.ces_shortcut},
-                    {"ces_normalize", m.ces_normalize},
-                    {"ces_r_min", m.ces_r_min},
-                    {"ces_r_max", m.ces_r_max},
-                    {"ces_max_phase", m.ces_max_phase},
-                    {"ces_max_lambda", m.ces_max_lambda},
-                    {"ces_impl", m.ces_impl},
-                    {"attention_impl", m.attention_impl},
-                    {"n_classes", m.n_classes},
-                    {"cls_pair", m.cls_pair}};
-  const auto& d = c.data;
-  toml::table data{{"source", d.source},
-                   {"dir", d.dir},
-                   {"eval_split", d.eval_split},
-                   {"tokenizer", d.tokenizer},
-                   {"task", d.task},
-                   {"task_seed", d.task_seed},
-                   {"train_examples", d.train_examples},
-                   {"valid_examples", d.valid_examples},
-                   {"test_examples", d.test_examples},
-                   {"pad_to_multiple", d.pad_to_multiple}};
-  const auto& t = c.train;
-  toml::table train{{"batch_size", t.batch_size},
-                    {"max_steps", t.max_steps},
-                    {"lr", t.lr},
-                    {"min_lr_ratio", t.min_lr_ratio},
-                    {"warmup_steps", t.warmup_steps},
-                    {"schedule", t.schedule},
-                    {"decay_steps", t.decay_steps},
-                    {"weight_decay", t.weight_decay},
-                    {"beta1", t.beta1},
-                    {"beta2", t.beta2},
-                    {"eps", t.eps},
-                    {"grad_clip", t.grad_clip},
-                    {"eval_interval", t.eval_interval},
-                    {"eval_max_bytes", t.eval_max_bytes},
-                    {"checkpoint_interval", t.checkpoint_interval},
-                    {"log_interval", t.log_interval},
-                    {"seed", t.seed},
-                    {"threads", t.threads},
-                    {"nonfinite", t.nonfinite}};
-  return toml::table{{"model", model}, {"data", data}, {"train", train}};
+  toml::table t;
+  visit_sections(c, [&](const std::string& path, const auto& s, const auto& fields) {
+    toml::table& sec = table_at(t, path);
+    for (const auto& f : fields) insert_value(sec, f.name, f.get(s));
+  });
+  return t;
 }
 
 std::string type_name(toml::node_type t) {
@@ -120,154 +167,137 @@ std::string type_name(toml::node_type t) {
   }
 }
 
+// The value of `n` as the type of `want`, or an error saying what `key` must be. An integer
+// is accepted where a number is expected; a float never where an integer is (toml++'s
+// converting value<int64_t>() casts before checking the range, undefined for 1e30).
+FieldValue to_value(const toml::node& n, const FieldValue& want, const std::string& key,
+                    const std::string& origin) {
+  auto wrong = [&](const std::string& what) {
+    return std::runtime_error(origin + ": '" + key + "' must be " + what + ", got " +
+                              (n.is_floating_point() && want.index() == 0
+                                   ? std::string("a floating-point number")
+                                   : type_name(n.type())));
+  };
+  switch (want.index()) {
+    case 0:
+      if (const auto v = n.value_exact<int64_t>(); v && n.is_integer()) return *v;
+      throw wrong("an integer");
+    case 1:
+      if (n.is_floating_point()) return *n.value<double>();
+      if (n.is_integer()) return static_cast<double>(*n.value_exact<int64_t>());
+      throw wrong("a number");
+    case 2:
+      if (n.is_boolean()) return *n.value<bool>();
+      throw wrong("true or false");
+    case 3:
+      if (n.is_string()) return *n.value<std::string>();
+      throw wrong("a string");
+    default: {
+      const toml::array* a = n.as_array();
+      if (!a) throw wrong("an array of strings");
+      std::vector<std::string> out;
+      for (const auto& el : *a) {
+        if (!el.is_string())
+          throw std::runtime_error(origin + ": '" + key + "' must be an array of strings");
+        out.push_back(*el.value<std::string>());
+      }
+      return out;
+    }
+  }
+}
+
 std::string known_keys(const toml::table& t) {
   std::string s;
   for (const auto& [k, v] : t) s += (s.empty() ? "" : ", ") + std::string(k.str());
   return s;
 }
 
-// Sets base[section][key] = value after checking that the key exists and the type matches
-// (an integer is accepted where a number is expected).
-void assign(toml::table& base, const std::string& section, const std::string& key,
-            const toml::node& value, const std::string& origin) {
-  toml::table* sec = base[section].as_table();
-  if (!sec)
-    throw std::runtime_error(origin + ": unknown section '" + section + "' (expected " +
-                             known_keys(base) + ")");
-  toml::node* old = sec->get(key);
-  if (!old)
-    throw std::runtime_error(origin + ": unknown key '" + section + "." + key +
-                             "' (known: " + known_keys(*sec) + ")");
-  const auto want = old->type(), got = value.type();
-  if (want == toml::node_type::floating_point && got == toml::node_type::integer) {
-    sec->insert_or_assign(key, static_cast<double>(*value.value<int64_t>()));
-    return;
-  }
-  if (want != got)
-    throw std::runtime_error(origin + ": '" + section + "." + key + "' must be " + type_name(want) +
-                             ", got " + type_name(got));
-  if (want == toml::node_type::array) {
-    for (const auto& el : *value.as_array())
-      if (!el.is_string())
-        throw std::runtime_error(origin + ": '" + section + "." + key +
-                                 "' must be an array of strings");
-  }
-  sec->insert_or_assign(key, value);
-}
-
-void merge_file(toml::table& base, const toml::table& file, const std::string& origin) {
-  for (const auto& [sk, sv] : file) {
-    const std::string section(sk.str());
-    const toml::table* st = sv.as_table();
-    if (!st)
-      throw std::runtime_error(origin + ": '" + section +
-                               "' must be a table such as [model], [data] or [train]");
-    for (const auto& [k, v] : *st) assign(base, section, std::string(k.str()), v, origin);
+// Every key of `t` is one of `schema` (to_table of a configuration), tables where tables
+// are; `path` names where we are in messages.
+void check_known(const toml::table& t, const toml::table& schema, const std::string& path,
+                 const std::string& origin) {
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    const std::string full = path.empty() ? key : path + "." + key;
+    const toml::node* s = schema.get(key);
+    if (!s) {
+      if (path.empty())
+        throw std::runtime_error(origin + ": unknown section '" + key + "' (expected " +
+                                 known_keys(schema) + ")");
+      throw std::runtime_error(origin + ": unknown key '" + full + "' (known: " +
+                               known_keys(schema) + ")");
+    }
+    if (s->is_table()) {
+      if (!v.is_table())
+        throw std::runtime_error(origin + ": '" + full + "' must be a table such as [" + full +
+                                 "]");
+      check_known(*v.as_table(), *s->as_table(), full, origin);
+    }
   }
 }
 
-template <typename T>
-T get(const toml::table& t, const char* section, const char* key, const std::string& origin) {
-  // Integers exactly: toml++'s converting value<int64_t>() casts a float to int64 before
-  // checking its range, which is undefined for 1e30 (found by fuzz/fuzz_config).
-  std::optional<T> v;
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (t[section][key].is_floating_point())
-      throw std::runtime_error(origin + ": '" + std::string(section) + "." + key +
-                               "' must be an integer, got a floating-point number");
-    v = t[section][key].value_exact<T>();
-  } else {
-    v = t[section][key].value<T>();
-  }
-  if (!v)
-    throw std::runtime_error(origin + ": missing or mistyped key '" + std::string(section) + "." +
-                             key + "'");
-  return *v;
-}
-
-// Keys added after the first release: absent (an older config or checkpoint) means the
-// value they had before the key existed; present but mistyped is still an error.
-template <typename T>
-T get_or(const toml::table& t, const char* section, const char* key, T fallback,
-         const std::string& origin) {
-  if (!t[section][key]) return fallback;
-  return get<T>(t, section, key, origin);
-}
-
+// Reads a configuration table: every key known and of its field's type; a key added after
+// the first release may be absent (its default, the behaviour before it existed); others
+// must be present.
 RunConfig from_table(const toml::table& t, const std::string& origin) {
   RunConfig c;
-  auto& m = c.model;
-  m.preset = get<std::string>(t, "model", "preset", origin);
-  m.size = get<std::string>(t, "model", "size", origin);
-  m.vocab_size = get<int64_t>(t, "model", "vocab_size", origin);
-  m.d_model = get<int64_t>(t, "model", "d_model", origin);
-  m.n_layers = get<int64_t>(t, "model", "n_layers", origin);
-  m.n_heads = get<int64_t>(t, "model", "n_heads", origin);
-  m.d_ff = get<int64_t>(t, "model", "d_ff", origin);
-  m.max_len = get<int64_t>(t, "model", "max_len", origin);
-  m.mixers.clear();
-  if (const toml::array* arr = t["model"]["mixers"].as_array())
-    for (const auto& el : *arr) m.mixers.push_back(el.value_or(std::string()));
-  m.causal = get<bool>(t, "model", "causal", origin);
-  m.activation = get<std::string>(t, "model", "activation", origin);
-  m.aib_weights = get<std::string>(t, "model", "aib_weights", origin);
-  m.aib_bias = get<bool>(t, "model", "aib_bias", origin);
-  m.aib_impl = get<std::string>(t, "model", "aib_impl", origin);
-  m.pre_norm = get<bool>(t, "model", "pre_norm", origin);
-  m.dropout = get<double>(t, "model", "dropout", origin);
-  m.tie_embeddings = get<bool>(t, "model", "tie_embeddings", origin);
-  m.norm = get_or<bool>(t, "model", "norm", true, origin);
-  m.bias = get_or<bool>(t, "model", "bias", true, origin);
-  m.extractor_adjust = get_or<bool>(t, "model", "extractor_adjust", true, origin);
-  m.extractor_out_proj = get_or<bool>(t, "model", "extractor_out_proj", true, origin);
-  m.extractor_impl = get_or<std::string>(t, "model", "extractor_impl", "fft", origin);
-  // Added with the ETSMLP models: older configs and checkpoints lack them.
-  const models::ModelConfig d;
-  m.norm_type = get_or<std::string>(t, "model", "norm_type", d.norm_type, origin);
-  m.ces_gate = get_or<bool>(t, "model", "ces_gate", d.ces_gate, origin);
-  m.ces_shortcut = get_or<std::string>(t, "model", "ces_shortcut", d.ces_shortcut, origin);
-  m.ces_normalize = get_or<bool>(t, "model", "ces_normalize", d.ces_normalize, origin);
-  m.ces_r_min = get_or<double>(t, "model", "ces_r_min", d.ces_r_min, origin);
-  m.ces_r_max = get_or<double>(t, "model", "ces_r_max", d.ces_r_max, origin);
-  m.ces_max_phase = get_or<double>(t, "model", "ces_max_phase", d.ces_max_phase, origin);
-  m.ces_max_lambda = get_or<double>(t, "model", "ces_max_lambda", d.ces_max_lambda, origin);
-  m.ces_impl = get_or<std::string>(t, "model", "ces_impl", d.ces_impl, origin);
-  m.attention_impl = get_or<std::string>(t, "model", "attention_impl", d.attention_impl, origin);
-  m.n_classes = get_or<int64_t>(t, "model", "n_classes", d.n_classes, origin);
-  m.cls_pair = get_or<bool>(t, "model", "cls_pair", d.cls_pair, origin);
-  c.data.source = get<std::string>(t, "data", "source", origin);
-  c.data.dir = get<std::string>(t, "data", "dir", origin);
-  c.data.eval_split = get<std::string>(t, "data", "eval_split", origin);
-  c.data.tokenizer = get_or<std::string>(t, "data", "tokenizer", "bytes", origin);
-  // Added with the classification tasks.
-  c.data.task = get_or<std::string>(t, "data", "task", "", origin);
-  c.data.task_seed = get_or<int64_t>(t, "data", "task_seed", 0, origin);
-  c.data.train_examples = get_or<int64_t>(t, "data", "train_examples", 0, origin);
-  c.data.valid_examples = get_or<int64_t>(t, "data", "valid_examples", 0, origin);
-  c.data.test_examples = get_or<int64_t>(t, "data", "test_examples", 0, origin);
-  c.data.pad_to_multiple = get_or<int64_t>(t, "data", "pad_to_multiple", 64, origin);
-  auto& r = c.train;
-  r.batch_size = get<int64_t>(t, "train", "batch_size", origin);
-  r.max_steps = get<int64_t>(t, "train", "max_steps", origin);
-  r.lr = get<double>(t, "train", "lr", origin);
-  r.min_lr_ratio = get<double>(t, "train", "min_lr_ratio", origin);
-  r.warmup_steps = get<int64_t>(t, "train", "warmup_steps", origin);
-  r.schedule = get<std::string>(t, "train", "schedule", origin);
-  // Added with resumable horizons: absent means the schedule ended at max_steps.
-  r.decay_steps = get_or<int64_t>(t, "train", "decay_steps", 0, origin);
-  r.weight_decay = get<double>(t, "train", "weight_decay", origin);
-  r.beta1 = get<double>(t, "train", "beta1", origin);
-  r.beta2 = get<double>(t, "train", "beta2", origin);
-  r.eps = get<double>(t, "train", "eps", origin);
-  r.grad_clip = get<double>(t, "train", "grad_clip", origin);
-  r.eval_interval = get<int64_t>(t, "train", "eval_interval", origin);
-  r.eval_max_bytes = get<int64_t>(t, "train", "eval_max_bytes", origin);
-  r.checkpoint_interval = get<int64_t>(t, "train", "checkpoint_interval", origin);
-  r.log_interval = get<int64_t>(t, "train", "log_interval", origin);
-  r.seed = get<int64_t>(t, "train", "seed", origin);
-  r.threads = get<int64_t>(t, "train", "threads", origin);
-  r.nonfinite = get_or<std::string>(t, "train", "nonfinite", "stop", origin);
+  visit_sections(c, [&](const std::string& path, auto& s, const auto& fields) {
+    for (const auto& f : fields) {
+      const std::string key = path + "." + f.name;
+      const toml::node* n = node_at(t, key);
+      if (!n) {
+        // Mixer sections came with the typed configuration: a file without one (or with
+        // part of one) means those fields' defaults.
+        if (f.optional || path.rfind("model.", 0) == 0) continue;
+        throw std::runtime_error(origin + ": missing key '" + key + "'");
+      }
+      f.set(s, to_value(*n, f.type(), key, origin));
+    }
+  });
+  check_known(t, to_table(RunConfig()), "", origin);
   return c;
+}
+
+// "deprecated flat keys model.aib_weights, model.aib_bias and 3 more, read in [model.aib],
+// [model.ces]": short enough for one line.
+std::string legacy_note(const std::vector<std::string>& keys,
+                        const std::vector<std::string>& sections) {
+  std::string s = "deprecated flat key" + std::string(keys.size() > 1 ? "s " : " ");
+  for (size_t i = 0; i < keys.size() && i < 2; ++i) s += (i ? ", " : "") + keys[i];
+  if (keys.size() > 2) s += " and " + std::to_string(keys.size() - 2) + " more";
+  s += ", read in ";
+  for (size_t i = 0; i < sections.size(); ++i) s += (i ? ", " : "") + ("[model." + sections[i] + "]");
+  return s;
+}
+
+// Moves the flat [model] keys written before the mixer sections existed ("aib_weights")
+// to their sections ([model.aib] weights), mapping the old implementation names; prints
+// one note naming them.
+void upgrade_legacy_keys(toml::table& t, const std::string& origin) {
+  toml::table* model = t["model"].as_table();
+  if (!model) return;
+  std::vector<std::string> moved, sections;
+  for (const auto& [old_key, new_key] : models::legacy_model_keys()) {
+    const toml::node* n = model->get(old_key);
+    if (!n) continue;
+    const auto dot = new_key.find('.');
+    const std::string section = new_key.substr(0, dot), key = new_key.substr(dot + 1);
+    toml::table& sub = table_at(*model, section);
+    if (sub.contains(key))
+      throw std::runtime_error(origin + ": both model." + old_key + " (the old name) and model." +
+                               new_key + " are given; keep model." + new_key);
+    const std::optional<std::string> s = n->value<std::string>();
+    if (key == "impl" && s && (*s == "fused" || *s == "fft"))
+      sub.insert("impl", "kernel");  // one spelling for every op's optimised path
+    else
+      n->visit([&](const auto& v) { sub.insert(key, v); });
+    model->erase(old_key);
+    moved.push_back("model." + old_key);
+    if (std::find(sections.begin(), sections.end(), section) == sections.end())
+      sections.push_back(section);
+  }
+  if (!moved.empty())
+    std::cerr << "seqmix: note: " << origin << ": " << legacy_note(moved, sections) << "\n";
 }
 
 toml::table parse_toml(const std::string& text, const std::string& origin) {
@@ -280,6 +310,66 @@ toml::table parse_toml(const std::string& text, const std::string& origin) {
   }
 }
 
+// Sets the leaf `key` (dotted, e.g. "model.aib.weights") of `base` to `value` after checking
+// that the key exists and the type matches.
+void assign(toml::table& base, const std::string& key, const toml::node& value,
+            const std::string& origin) {
+  const auto dot = key.rfind('.');
+  const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+  const std::string name = key.substr(dot + 1);
+  const toml::node* sec_node = section.empty() ? nullptr : node_at(base, section);
+  toml::table* sec = sec_node ? const_cast<toml::node*>(sec_node)->as_table() : nullptr;
+  if (!sec) {
+    if (section.find('.') == std::string::npos)
+      throw std::runtime_error(origin + ": unknown section '" + section + "' (expected " +
+                               known_keys(base) + ")");
+    throw std::runtime_error(origin + ": unknown key '" + key + "'");
+  }
+  const toml::node* old = sec->get(name);
+  if (!old)
+    throw std::runtime_error(origin + ": unknown key '" + key + "' (known: " + known_keys(*sec) +
+                             ")");
+  if (old->is_table())
+    throw std::runtime_error(origin + ": '" + key + "' is a section; set its keys, e.g. " + key +
+                             "." + std::string(old->as_table()->cbegin()->first.str()));
+  FieldValue want;
+  if (old->is_integer()) want = int64_t{0};
+  else if (old->is_floating_point()) want = 0.0;
+  else if (old->is_boolean()) want = false;
+  else if (old->is_string()) want = std::string();
+  else want = std::vector<std::string>();
+  insert_value(*sec, name, to_value(value, want, key, origin));
+}
+
+void merge_file(toml::table& base, const toml::table& file, const std::string& path,
+                const std::string& origin) {
+  for (const auto& [k, v] : file) {
+    const std::string key = path.empty() ? std::string(k.str()) : path + "." + std::string(k.str());
+    if (path.empty() && !v.is_table())
+      throw std::runtime_error(origin + ": '" + key +
+                               "' must be a table such as [model], [data] or [train]");
+    const toml::node* b = node_at(base, key);
+    if (v.is_table() && b && b->is_table()) {
+      merge_file(base, *v.as_table(), key, origin);
+      continue;
+    }
+    if (path.empty())
+      throw std::runtime_error(origin + ": unknown section '" + key + "' (expected " +
+                               known_keys(base) + ")");
+    assign(base, key, v, origin);
+  }
+}
+
+// Sets "section.key" of `c` (a preset's recipe).
+void set_field(RunConfig& c, const std::string& key, const FieldValue& v) {
+  bool done = false;
+  visit_sections(c, [&](const std::string& path, auto& s, const auto& fields) {
+    for (const auto& f : fields)
+      if (!done && path + "." + f.name == key) done = f.set(s, v);
+  });
+  if (!done) throw std::logic_error("preset recipe: no key '" + key + "' of that type");
+}
+
 }  // namespace
 
 std::string RunConfig::to_toml() const {
@@ -289,39 +379,48 @@ std::string RunConfig::to_toml() const {
 }
 
 RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
-  RunConfig c = from_table(parse_toml(text, origin), origin);
+  toml::table t = parse_toml(text, origin);
+  upgrade_legacy_keys(t, origin);
+  RunConfig c = from_table(t, origin);
   c.validate();
   return c;
 }
 
-std::vector<std::string> RunConfig::diff(const RunConfig& other) const {
-  const toml::table a = to_table(*this), b = to_table(other);
-  std::vector<std::string> out;
-  for (const auto& [sk, sv] : a) {
-    for (const auto& [k, v] : *sv.as_table()) {
-      const toml::node* w = b[sk][k].node();
-      std::ostringstream x, y;
-      v.visit([&](auto&& n) { x << n; });
-      if (w) w->visit([&](auto&& n) { y << n; });
-      if (w && x.str() == y.str()) continue;
-      out.push_back(std::string(sk.str()) + "." + std::string(k.str()) + ": " + x.str() +
-                    (w ? " vs " + y.str() : std::string()));
+namespace {
+
+void diff_tables(const toml::table& a, const toml::table& b, const std::string& path,
+                 std::vector<std::string>& out) {
+  for (const auto& [k, v] : a) {
+    const std::string key = path + (path.empty() ? "" : ".") + std::string(k.str());
+    const toml::node* w = b.get(k.str());
+    if (v.is_table() && w && w->is_table()) {
+      diff_tables(*v.as_table(), *w->as_table(), key, out);
+      continue;
     }
+    std::ostringstream x, y;
+    v.visit([&](auto&& n) { x << n; });
+    if (w) w->visit([&](auto&& n) { y << n; });
+    if (w && x.str() == y.str()) continue;
+    out.push_back(key + ": " + x.str() + (w ? " vs " + y.str() : std::string()));
   }
+}
+
+}  // namespace
+
+std::vector<std::string> RunConfig::diff(const RunConfig& other) const {
+  std::vector<std::string> out;
+  diff_tables(to_table(*this), to_table(other), "", out);
   return out;
 }
 
 std::string describe_key(const std::string& key) {
-  static const std::map<std::string, std::string> flags = {
-      {"train.max_steps", "--max-steps"}, {"train.seed", "--seed"},
-      {"train.batch_size", "--batch-size"}, {"train.lr", "--lr"},
-      {"train.threads", "--threads"},       {"model.max_len", "--max-len"},
-      {"data.source", "--data"},            {"data.dir", "--data-dir"},
-      {"data.task", "--task"},              {"model.preset", "--model"},
-      {"model.size", "--size"},             {"data.tokenizer", "--tokenizer"},
-      {"model.aib_impl", "--aib-impl"}};
-  const auto it = flags.find(key);
-  return it == flags.end() ? key : key + " (" + it->second + ")";
+  const char* flag = nullptr;
+  const RunConfig defaults;
+  visit_sections(defaults, [&](const std::string& path, const auto&, const auto& fields) {
+    for (const auto& f : fields)
+      if (path + "." + f.name == key) flag = f.flag;
+  });
+  return flag ? key + " (" + flag + ")" : key;
 }
 
 namespace {
@@ -486,13 +585,17 @@ void RunConfig::validate() const {
                                 "(data.task, --task); language modelling uses the LM head");
   // Next-token prediction needs a model that cannot see the token it predicts.
   if (!model.causal) {
-    const bool encoder_preset = model.preset == "etsmlp" || model.preset == "etsmlp-gate";
-    throw std::invalid_argument(
-        "model.causal: a language model (data.task empty) needs model.causal = true (" +
-        (encoder_preset ? "preset '" + model.preset + "' is an encoder for classification; use " +
-                              model.preset + "-lm"
-                        : std::string("set it to true")) +
-        ", or give a task with --task)");
+    // A preset made for classification names its language-model variant, if it has one.
+    std::string hint = "set it to true";
+    try {
+      const models::ModelPreset& p = models::find_preset(model.preset);
+      if (!p.lm_variant.empty())
+        hint = "preset '" + p.name + "' is an encoder for classification; use " + p.lm_variant;
+    } catch (const std::invalid_argument&) {
+      // model.preset only records where a configuration came from; any name may be stored.
+    }
+    throw std::invalid_argument("model.causal: a language model (data.task empty) needs "
+                                "model.causal = true (" + hint + ", or give a task with --task)");
   }
   if (d.tokenizer == "bytes" && model.vocab_size != 256)
     throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
@@ -524,14 +627,12 @@ std::string human_bytes(double b) {
 // tensors a training step must keep for backward; it leaves out workspaces, dropout masks,
 // the optimizer's temporaries and everything outside LibTorch, so it is a lower bound:
 //   each block with an FFN: 4 D with norms (each norm's input and output), 2 D without (the
-//     inputs of the mixer's and the FFN's first projections), + the mixer's own tensors
-//     (attention: Q, K, V and its output, 4 D; AIB: A, V and O, 3 D; Extractor: X W_adj, ext
-//     and its output, 3 D) + 2 d_ff (the FFN's hidden layer before and after its
-//     activation);
-//   each ESMLP block: 2 D (norm output, residual input) + 3 d_ff (projection, CES output,
-//     ReLU output);
-//   an attention mixer on the reference path (model.attention_impl = reference): its
-//     [L, L] probabilities per head (softmax's backward needs them), n_heads L;
+//     inputs of the mixer's and the FFN's first projections), + 2 d_ff (the FFN's hidden
+//     layer before and after its activation);
+//   each mixer: what its registry row's `activations` says (attention: Q, K, V and its
+//     output, 4 D, plus n_heads L probabilities on the reference path; AIB: A, V and O, 3 D;
+//     Extractor: X W_adj, ext and its output, 3 D; ESMLP, a whole block without FFN: 2 D
+//     (norm output, residual input) + 3 d_ff (projection, CES output, ReLU output));
 //   the embeddings and the final norm: 2 D; a language model's logits and their gradient:
 //     2 V.
 // The positions are model.max_len (at most the task's longest sequence for a task), twice
@@ -548,17 +649,11 @@ RunConfig::MemoryEstimate RunConfig::estimate_training_memory() const {
   }
   double per_position = 2 * D;  // embeddings, final norm
   if (m.n_classes == 0) per_position += 2 * static_cast<double>(m.vocab_size);
-  const auto M = static_cast<int64_t>(m.mixers.size());
-  for (int64_t j = 0; j < M; ++j) {
-    const double layers =
-        static_cast<double>(m.n_layers / M + (j < m.n_layers % M ? 1 : 0));
-    const std::string& kind = m.mixers[static_cast<size_t>(j)];
-    double per_layer = 2 * D + 3 * F;  // etsmlp
-    if (kind != "etsmlp")
-      per_layer = (m.norm ? 4 : 2) * D + (kind == "attention" ? 4 : 3) * D + 2 * F;
-    if (kind == "attention" && m.attention_impl == "reference")
-      per_layer += static_cast<double>(m.n_heads) * L;
-    per_position += per_layer * layers;
+  for (size_t j = 0; j < m.mixers.size(); ++j) {
+    const models::MixerSpec& spec = models::find_mixer(m.mixers[j]);
+    double per_layer = spec.activations ? spec.activations(m, L) : 3 * D;
+    if (spec.has_ffn) per_layer += (m.norm ? 4 : 2) * D + 2 * F;
+    per_position += per_layer * static_cast<double>(m.layers_of(j));
   }
   const double towers = m.cls_pair ? 2 : 1;
   MemoryEstimate e;
@@ -685,21 +780,40 @@ std::string out_of_range(const std::string& key, const std::string& value, bool 
 RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
                          const RunConfig* base_in) {
   toml::table file;
-  if (!config_path.empty())
-    file = parse_toml(read_config_file(config_path), "config file '" + config_path + "'");
+  const std::string file_origin = "config file '" + config_path + "'";
+  if (!config_path.empty()) {
+    file = parse_toml(read_config_file(config_path), file_origin);
+    upgrade_legacy_keys(file, file_origin);
+  }
   // Parse the overrides first: the preset they name decides the base configuration.
-  std::vector<std::tuple<std::string, std::string, toml::table, std::string>> parsed;
-  std::string family = file["model"]["preset"].value_or(std::string("weird-net"));
+  // Each is (dotted key, value, origin).
+  std::vector<std::tuple<std::string, toml::table, std::string>> parsed;
+  std::string family = file["model"]["preset"].value_or(models::ModelConfig().preset);
   std::string size = file["model"]["size"].value_or(std::string());
   std::string task = file["data"]["task"].value_or(std::string());
+  const toml::table probe = to_table(RunConfig());
+  std::vector<std::string> legacy, legacy_sections;
   for (const auto& o : overrides) {
     const std::string origin = "override '" + o + "'";
     const auto eq = o.find('=');
     const auto dot = o.find('.');
     if (eq == std::string::npos || dot == std::string::npos || dot > eq)
       throw std::runtime_error(origin + ": expected section.key=value");
-    const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
-    const std::string value = o.substr(eq + 1);
+    std::string key = o.substr(0, eq);
+    std::string value = o.substr(eq + 1);
+    // The flat names of mixer fields (model.aib_weights) still work, with a note.
+    for (const auto& [old_key, new_key] : models::legacy_model_keys())
+      if (key == "model." + old_key) {
+        key = "model." + new_key;
+        legacy.push_back("model." + old_key);
+        const std::string section = new_key.substr(0, new_key.find('.'));
+        if (std::find(legacy_sections.begin(), legacy_sections.end(), section) ==
+            legacy_sections.end())
+          legacy_sections.push_back(section);
+        if (key.size() > 5 && key.compare(key.size() - 5, 5, ".impl") == 0 &&
+            (value == "fused" || value == "fft" || value == "'fused'" || value == "'fft'"))
+          value = "kernel";
+      }
     toml::table v;
     try {
       v = toml::parse("v = " + value);
@@ -708,8 +822,8 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
       // key takes a decimal integer beyond int64 (99999999999999999999 is 1e20). Anything
       // else TOML refuses (a bare word, 007) stays a string, for the type check to report.
       bool integral = false;
-      const toml::table probe = to_table(RunConfig());
-      if (looks_numeric(value, &integral) && probe[section][key]) {
+      const toml::node* slot = node_at(probe, key);
+      if (looks_numeric(value, &integral) && slot) {
         std::string plain;
         for (const char ch : value)
           if (ch != '_') plain += ch;
@@ -717,20 +831,21 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
         const double x = std::strtod(plain.c_str(), nullptr);
         const bool overflow = errno == ERANGE && std::isinf(x);
         const bool beyond_int64 = integral && !(std::fabs(x) < 9223372036854775808.0);
-        const bool float_key = probe[section][key].is_floating_point();
-        const std::string full = section + "." + key;
+        const bool float_key = slot->is_floating_point();
         if (overflow || (beyond_int64 && !float_key))
           throw std::runtime_error(origin + ": " +
-                                   out_of_range(full, value, integral && !float_key));
+                                   out_of_range(key, value, integral && !float_key));
         if (beyond_int64) v = toml::table{{"v", x}};
       }
       if (!v.contains("v")) v = toml::table{{"v", value}};  // a bare word is a string
     }
-    if (section == "model" && key == "preset") family = v["v"].value_or(value);
-    if (section == "model" && key == "size") size = v["v"].value_or(value);
-    if (section == "data" && key == "task") task = v["v"].value_or(value);
-    parsed.emplace_back(section, key, std::move(v), origin);
+    if (key == "model.preset") family = v["v"].value_or(value);
+    if (key == "model.size") size = v["v"].value_or(value);
+    if (key == "data.task") task = v["v"].value_or(value);
+    parsed.emplace_back(key, std::move(v), origin);
   }
+  if (!legacy.empty())
+    std::cerr << "seqmix: note: overrides: " << legacy_note(legacy, legacy_sections) << "\n";
   RunConfig base;
   if (base_in) {
     base = *base_in;
@@ -740,16 +855,9 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
         base = make_task_config(family, task, size.empty() ? "cpu" : size);
       } else {
         base.model = models::make_model_config(family, size.empty() ? "mini" : size);
-      }
-      if (task.empty() && (family == "extractor-transformer" || family == "transformer-plain")) {
-        // The Extractor paper's training (Table 1): PyTorch's AdamW defaults with lr 1e-3
-        // (beta2 0.999, weight decay 0.01), constant rate, no warm-up, no clipping.
-        base.train.lr = 1e-3;
-        base.train.beta2 = 0.999;
-        base.train.weight_decay = 0.01;
-        base.train.schedule = "constant";
-        base.train.warmup_steps = 0;
-        base.train.grad_clip = 0;
+        // A preset's own optimiser for language modelling (e.g. the Extractor paper's).
+        for (const auto& [key, value] : models::find_preset(family).lm_train)
+          set_field(base, key, value);
       }
     } catch (const std::invalid_argument& e) {
       // Name the key (and flag) the unknown name came from.
@@ -764,8 +872,8 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     }
   }
   toml::table t = to_table(base);
-  if (!config_path.empty()) merge_file(t, file, "config file '" + config_path + "'");
-  for (const auto& [section, key, v, origin] : parsed) assign(t, section, key, *v.get("v"), origin);
+  if (!config_path.empty()) merge_file(t, file, "", file_origin);
+  for (const auto& [key, v, origin] : parsed) assign(t, key, *v.get("v"), origin);
   RunConfig c = from_table(t, "configuration");
   // data.dir empty means the lookup through SEQMIX_DATA_DIR; set but empty, it is a mistake
   // (an unexpanded shell variable), not "unset".
@@ -776,8 +884,7 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   // A pattern given here (not a preset's) repeats over the layers: entries past n_layers would
   // never be used, and a huge array would be stored in every config.toml and checkpoint.
   bool mixers_given = !!file["model"]["mixers"];
-  for (const auto& [section, key, v, origin] : parsed)
-    mixers_given = mixers_given || (section == "model" && key == "mixers");
+  for (const auto& [key, v, origin] : parsed) mixers_given = mixers_given || key == "model.mixers";
   if (mixers_given && c.model.n_layers >= 1 &&
       static_cast<int64_t>(c.model.mixers.size()) > c.model.n_layers)
     throw std::runtime_error(

@@ -68,10 +68,6 @@ int64_t default_train_examples(const std::string& task) {
   return 0;
 }
 
-bool is_encoder_family(const std::string& f) {
-  return f == "weird-net-a" || f == "transformer" || f == "etsmlp" || f == "etsmlp-gate";
-}
-
 }  // namespace
 
 bool is_task_size(const std::string& size) { return size == "cpu" || size == "paper"; }
@@ -83,6 +79,7 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     throw std::invalid_argument("unknown task size '" + size +
                                 "' (expected cpu or paper; the model sizes tiny ... large are "
                                 "for language modelling)");
+  const models::ModelPreset& preset = models::find_preset(family);
   RunConfig c;
   c.model = models::make_model_config(family, "mini");
   auto& m = c.model;
@@ -91,7 +88,7 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
   m.n_classes = info.n_classes;
   m.cls_pair = info.pair;
   m.max_len = info.max_len;
-  if (is_encoder_family(family)) m.causal = false;
+  m.causal = preset.task_role == models::TaskRole::decoder;
   c.data.task = task;
   auto& t = c.train;
   t.eval_interval = 0;
@@ -103,7 +100,7 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
   t.grad_clip = 1.0;
   t.lr = 1e-3;
 
-  const bool ets = m.mixers.size() == 1 && m.mixers[0] == "etsmlp";
+  const bool ets = preset.task_recipe == models::TaskRecipe::etsmlp;
   const Shape s = size == "cpu" ? cpu_shape(task).shape : aib_paper(task);
   if (size == "cpu" && cpu_shape(task).max_len > 0) m.max_len = cpu_shape(task).max_len;
   m.n_layers = s.n_layers;
@@ -141,15 +138,15 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     c.data.valid_examples = 20000;
     c.data.test_examples = 20000;
   }
-  // The Extractor stores max_len matrices of D x D per layer; past ~100M parameters in all
-  // it is not a model this machine can train (nor one the Extractor paper proposes).
-  const int64_t lag_params = m.max_len * m.d_model * m.d_model * m.n_layers;
-  if (family == "extractor-transformer" && lag_params > 100'000'000)
+  // A model past ~100M parameters is not one this machine can train on a task (nor one the
+  // papers propose): the Extractor's D x D matrix per lag and layer gets there first.
+  const double params = m.num_parameters_approx();
+  if (params > 100e6)
     throw std::invalid_argument(fmt::format(
-        "model '{}' cannot run task '{}' at size '{}': the Extractor learns one {} x {} matrix "
-        "per lag and layer, {} lags x {} layers = {:.0f}M parameters (limit 100M)",
-        family, task, size, m.d_model, m.d_model, m.max_len, m.n_layers,
-        static_cast<double>(lag_params) / 1e6));
+        "model '{}' cannot run task '{}' at size '{}': {:.0f}M parameters at {} positions, "
+        "d_model {}, {} layers (limit 100M; the Extractor learns one D x D matrix per lag "
+        "and layer)",
+        family, task, size, params / 1e6, m.max_len, m.d_model, m.n_layers));
   m.validate();
   return c;
 }

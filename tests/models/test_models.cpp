@@ -21,7 +21,7 @@ TEST(Presets, ParameterCountFormulaMatchesTheBuiltModel) {
   }
   auto cfg = models::make_model_config("transformer", "tiny");
   cfg.tie_embeddings = false;
-  cfg.aib_weights = "ones";
+  cfg.aib.weights = "ones";
   models::SequenceModel m(cfg);
   int64_t n = 0;
   for (const auto& p : m->parameters()) n += p.numel();
@@ -53,7 +53,7 @@ TEST(Presets, StructuresAndTableVIISizes) {
               nullptr);
   auto moss = models::make_model_config("moss", "tiny");
   EXPECT_EQ(moss.activation, "leaky_relu");
-  EXPECT_TRUE(moss.aib_bias);
+  EXPECT_TRUE(moss.aib.bias);
   EXPECT_THROW(models::make_model_config("gpt-5", "tiny"), std::invalid_argument);
   EXPECT_THROW(models::make_model_config("weird-net", "huge"), std::invalid_argument);
 }
@@ -153,10 +153,10 @@ TEST(SequenceModel, EtsmlpWithBatchNormTrainsAndBadKeysAreNamed) {
     EXPECT_NE(std::string(e.what()).find("model.norm_type"), std::string::npos) << e.what();
   }
   bad = cfg;
-  bad.ces_shortcut = "tanh";
+  bad.ces.shortcut = "tanh";
   EXPECT_THROW(bad.validate(), std::invalid_argument);
   bad = cfg;
-  bad.ces_r_max = 1.5;
+  bad.ces.r_max = 1.5;
   EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 

@@ -4,9 +4,17 @@
 ///
 /// Resolution order (Marian-style: every run prints and saves the resolved result):
 ///   1. the model preset (`model.preset`, `model.size`; see models/presets.h) and defaults;
-///   2. a TOML config file with sections [model], [data], [train];
-///   3. command-line overrides `section.key=value`.
-/// Unknown sections or keys, and values of the wrong type, are errors naming the key.
+///   2. a TOML config file with sections [model] (and its mixer sections [model.aib],
+///      [model.attention], [model.ces], [model.extractor]; models/model_config.h), [data],
+///      [train];
+///   3. command-line overrides `section.key=value`, e.g. `model.aib.weights=exp`.
+/// Unknown sections or keys, and values of the wrong type, are errors naming the key. The
+/// flat mixer keys written before the sections existed (`model.aib_weights`, ...) are read
+/// in their sections, with a one-line note on stderr.
+///
+/// Example:
+///   auto c = seqmix::train::resolve_config("", {"model.preset=moss", "train.lr=1e-3"});
+///   std::cout << c.to_toml();  // what --dump-config prints
 #include <string>
 #include <vector>
 
@@ -75,7 +83,8 @@ struct RunConfig {
 
   /// The whole configuration as TOML (what --dump-config prints and checkpoints store).
   std::string to_toml() const;
-  /// Parses a configuration written by to_toml (every key present).
+  /// Parses a configuration written by to_toml (every key present, except keys added after
+  /// the first release, which default; old flat mixer keys are mapped, with a note).
   /// @throws std::runtime_error naming `origin` and the bad key.
   static RunConfig from_toml(const std::string& text, const std::string& origin);
   /// Checks every key of every section, independently of the machine: sizes and counts in

@@ -1,0 +1,71 @@
+#pragma once
+/// @file mixer_registry.h
+/// The mixer registry: one row per sequence mixer, the only place that knows mixer names.
+/// SequenceModel builds its layers from it, ModelConfig validates and counts parameters
+/// through it, the training memory estimate asks it, and `seqmix info` lists it.
+///
+/// Adding a mixer (docs/ARCHITECTURE.md, "How to add a mixer"): write the op and its
+/// module (an nn::MixerImpl), then one row in src/models/mixer_registry.cpp (or, from a
+/// program or test, one register_mixer call), one op case, one benchmark entry.
+///
+/// Example (a mixer defined outside the library, see tests/models/test_registry.cpp):
+///   seqmix::models::MixerSpec spec;
+///   spec.name = "moving-average";
+///   spec.summary = "causal mean of the last 4 positions";
+///   spec.bidirectional = false;
+///   spec.build = [](const ModelConfig& c, int64_t) {
+///     return std::make_shared<MovingAverageImpl>(c.d_model, 4);
+///   };
+///   seqmix::models::register_mixer(spec);
+///   ModelConfig c;  c.mixers = {"moving-average", "attention"};
+///   SequenceModel model(c);
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "seqmix/models/model_config.h"
+#include "seqmix/nn/mixer.h"
+
+namespace seqmix::models {
+
+struct MixerSpec {
+  std::string name;     ///< the name in model.mixers
+  std::string summary;  ///< one line for `seqmix info` and help texts
+  std::string source;   ///< paper and section it implements
+  /// The ModelConfig section it reads ("aib" for [model.aib]), empty if none.
+  std::string section;
+  /// Its block adds the FFN sublayer (and a second norm). False for a mixer that is itself
+  /// an MLP (ESMLP): the block is [norm -> mixer -> residual] only.
+  bool has_ffn = true;
+  bool causal = true;         ///< has a causal form (model.causal = true)
+  bool bidirectional = true;  ///< has a bidirectional form (model.causal = false)
+  /// Its causal form decodes token by token (MixerImpl::step equals forward's last row).
+  bool incremental = true;
+
+  /// Builds the mixer of layer `layer` (0-based) of a model with configuration `c`.
+  std::function<std::shared_ptr<nn::MixerImpl>(const ModelConfig& c, int64_t layer)> build;
+  /// Trainable parameters of one layer's mixer (its block's FFN and norms are counted by the
+  /// caller from has_ffn), in long double so that no size overflows. Empty: counted by
+  /// building one layer (fine for small mixers defined in tests).
+  std::function<long double(const ModelConfig& c)> parameters;
+  /// float32 values one layer's mixer keeps per position for backward (the training memory
+  /// estimate, train/config.cpp), given the positions `L`. Empty: 3 D (its inputs and output).
+  std::function<double(const ModelConfig& c, double L)> activations;
+  /// Constraints of this mixer on the shared fields (e.g. heads dividing d_model).
+  /// @throws std::invalid_argument "model.<key>: ...".
+  std::function<void(const ModelConfig& c)> validate;
+};
+
+/// Every mixer, built-ins first, in registration order.
+const std::vector<MixerSpec>& mixer_registry();
+/// The row named `name`.
+/// @throws std::invalid_argument "unknown mixer 'x' (expected aib, attention, ...)".
+const MixerSpec& find_mixer(const std::string& name);
+/// Adds a mixer (for programs and tests defining their own).
+/// @throws std::invalid_argument if the name is empty or taken, or `build` is empty.
+void register_mixer(MixerSpec spec);
+/// Removes a mixer added by register_mixer (tests). Built-ins cannot be removed.
+void unregister_mixer(const std::string& name);
+
+}  // namespace seqmix::models
