@@ -24,8 +24,8 @@ mkdir -p "$out"
   --run "extractor=extractor-transformer" \
   --run "attention-1-head=transformer-plain model.n_heads=1" \
   --run "attention-8-heads=transformer-plain model.n_heads=8" \
-  --run "extractor-no-w_opt=extractor-transformer model.extractor_out_proj=false" \
-  --run "extractor-no-adjustment=extractor-transformer model.extractor_adjust=false"
+  --run "extractor-no-w_opt=extractor-transformer model.extractor.out_proj=false" \
+  --run "extractor-no-adjustment=extractor-transformer model.extractor.adjust=false"
 for m in extractor attention-1-head attention-8-heads; do
   echo
   echo "== $m: \"Once upon a time\" (top-p 0.6) =="

@@ -25,8 +25,8 @@ main="weird-net-a=weird-net-a weird-net=weird-net transformer=transformer etsmlp
 etsmlp-gate=etsmlp-gate extractor=extractor-transformer"
 # aib-net Table IX: W = exp(cumsum w) (the AIB encoder above) vs exp(w) vs 1 (PS attention);
 # Table X: Structure A (weird-net-a) vs Structure B as an encoder.
-ablations="weird-net-a=weird-net-a aib-exp-w=weird-net-a,model.aib_weights=exp \
-ps-attention=weird-net-a,model.aib_weights=ones \
+ablations="weird-net-a=weird-net-a aib-exp-w=weird-net-a,model.aib.weights=exp \
+ps-attention=weird-net-a,model.aib.weights=ones \
 structure-b=weird-net-a,model.mixers=['aib','attention']"
 case "$MODELS" in
   main) MODELS=$main ;;

@@ -86,7 +86,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     // First-order only: the kernel's gradient is not itself differentiable.
     TORCH_CHECK(!at::GradMode::is_enabled(),
                 "attention_kernel: double backward is not supported (use "
-                "model.attention_impl = \"reference\")");
+                "model.attention.impl = \"reference\")");
     const at::Tensor go = grads[0].contiguous();
     at::Tensor gq = at::empty_like(q), gk = at::empty_like(k), gv = at::empty_like(v);
     if (q.numel() > 0) {

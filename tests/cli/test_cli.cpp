@@ -208,7 +208,7 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   auto r = run("compare --out " + dir + "/cmp --data " + data +
                " --size tiny --max-len 16 --batch-size 2 --max-steps 4 --threads 1 --bucket 2 "
                "--run 'ext=extractor-transformer' --run 'ext-plain=extractor-transformer "
-               "model.extractor_adjust=false model.extractor_out_proj=false'");
+               "model.extractor.adjust=false model.extractor.out_proj=false'");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto rows = json_lines(r.output);
   ASSERT_EQ(rows.size(), 2u) << r.output;

@@ -104,11 +104,11 @@ TEST(ConfigValues, EveryBadNumberNamesItsKey) {
       {"model.d_model=0", "model.d_model"},
       {"model.n_layers=0", "model.n_layers"},
       {"model.d_ff=-3", "model.d_ff"},
-      {"model.ces_r_min=nan", "model.ces_r_min"},
-      {"model.ces_r_max=inf", "model.ces_r_min"},
-      {"model.ces_max_lambda=nan", "model.ces_max_lambda"},
-      {"model.ces_max_phase=nan", "model.ces_max_phase"},
-      {"model.ces_max_phase=inf", "model.ces_max_phase"},
+      {"model.ces.r_min=nan", "model.ces.r_min"},
+      {"model.ces.r_max=inf", "model.ces.r_min"},
+      {"model.ces.max_lambda=nan", "model.ces.max_lambda"},
+      {"model.ces.max_phase=nan", "model.ces.max_phase"},
+      {"model.ces.max_phase=inf", "model.ces.max_phase"},
       {"data.task_seed=-1", "data.task_seed"},
       {"data.train_examples=-1", "data.train_examples"},
       {"data.pad_to_multiple=0", "data.pad_to_multiple: must be >= 1, got 0"},
@@ -616,7 +616,7 @@ TEST(HostileInputs, NonFiniteValuesPrintAsNanAndInf) {
   EXPECT_FALSE(contains(e, "-nan")) << e;
   e = resolve_error({"train.beta1=-inf"});
   EXPECT_TRUE(contains(e, "got -inf")) << e;
-  e = resolve_error({"model.ces_max_phase=-nan"});
+  e = resolve_error({"model.ces.max_phase=-nan"});
   EXPECT_TRUE(contains(e, "got nan")) << e;
   EXPECT_FALSE(contains(e, "-nan")) << e;
 }

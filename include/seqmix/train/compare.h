@@ -40,7 +40,7 @@ struct CompareModel {
 };
 
 /// Parses "NAME=PRESET [section.key=value ...]" (whitespace-separated), e.g.
-/// "extractor-no-adjust=extractor-transformer model.extractor_adjust=false".
+/// "extractor-no-adjust=extractor-transformer model.extractor.adjust=false".
 /// @throws std::invalid_argument naming the spec if it does not have that form.
 CompareModel parse_compare_model(const std::string& spec);
 
