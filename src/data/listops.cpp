@@ -1,10 +1,11 @@
 #include "seqmix/data/listops.h"
 
 #include <algorithm>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+
+#include "seqmix/util/rng.h"
 
 namespace seqmix::data {
 
@@ -15,10 +16,11 @@ using namespace listops;
 // Draws trees in prefix order with an explicit stack of open operators (no recursion, so any
 // depth costs heap, not call stack). The random numbers are drawn in the order of LRA's
 // recursive generator: at each node the operator-or-digit draw, then a digit, or the
-// argument count, the arguments, and the operator last.
+// argument count, the arguments, and the operator last. util::Rng, not <random>'s
+// distributions, so that a seed gives the same trees with every standard library.
 class TreeDrawer {
  public:
-  TreeDrawer(const ListOpsOptions& o, std::mt19937_64& rng) : o_(o), rng_(rng) {}
+  TreeDrawer(const ListOpsOptions& o, util::Rng& rng) : o_(o), rng_(rng) {}
 
   /// Draws one tree into `out` (cleared first) and returns its value, or -1 once the
   /// sequence reaches max_length tokens: such a tree would be rejected anyway, so it is not
@@ -29,16 +31,17 @@ class TreeDrawer {
     int32_t depth = 1;  // of the node drawn next
     for (;;) {
       if (static_cast<int64_t>(out.size()) >= o_.max_length) return -1;
-      const double r = depth < o_.max_depth ? unit_(rng_) : 1.0;
+      // No draw at max_depth, as LRA's generator makes no choice there.
+      const bool operator_node = depth < o_.max_depth && rng_.bernoulli(0.25);
       int32_t value;
-      if (r > 0.25) {
-        value = digit_(rng_);
+      if (!operator_node) {
+        value = static_cast<int32_t>(rng_.uniform_int(0, 9));
         out.push_back(kDigit0 + value);
       } else {
         Frame& f = push();
         f.op_at = out.size();
         out.push_back(kPad);  // the operator, drawn after its arguments as LRA does
-        f.arity = std::uniform_int_distribution<int32_t>(2, o_.max_args)(rng_);
+        f.arity = static_cast<int32_t>(rng_.uniform_int(2, o_.max_args));
         f.depth = depth;
         ++depth;
         continue;
@@ -52,7 +55,7 @@ class TreeDrawer {
           depth = f.depth + 1;
           break;
         }
-        const int32_t op = kMin + std::uniform_int_distribution<int32_t>(0, 3)(rng_);
+        const int32_t op = kMin + static_cast<int32_t>(rng_.uniform_int(0, 3));
         out[f.op_at] = op;
         out.push_back(kEnd);
         value = apply(op, f.args);
@@ -96,9 +99,7 @@ class TreeDrawer {
   }
 
   const ListOpsOptions& o_;
-  std::mt19937_64& rng_;
-  std::uniform_real_distribution<double> unit_{0.0, 1.0};
-  std::uniform_int_distribution<int32_t> digit_{0, 9};
+  util::Rng& rng_;
   std::vector<Frame> frames_;  // frames_[0, open_) are the open operators, outermost first
   size_t open_ = 0;
 };
@@ -167,7 +168,7 @@ void validate(const ListOpsOptions& o) {
 
 ListOpsData generate_listops(const ListOpsOptions& o) {
   validate(o);
-  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+  util::Rng rng(static_cast<uint64_t>(o.seed));
   TreeDrawer drawer(o, rng);
   std::unordered_set<std::vector<int32_t>, TokensHash> seen;
   ListOpsData d;

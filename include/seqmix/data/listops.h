@@ -2,7 +2,11 @@
 /// @file listops.h
 /// ListOps as the Long Range Arena builds it (Tay et al. 2020, "Long Range Arena", Sec. 3.1;
 /// the generator lra_benchmarks/data/listops.py, itself after Nangia & Bowman 2018), generated
-/// here deterministically from a seed. A sequence is a nested expression such as
+/// here deterministically from a seed, with util::Rng (util/rng.h), so that a seed gives the
+/// same trees with every compiler and standard library (seqmix 0.1.0 drew them with
+/// <random>'s distributions, whose algorithms are implementation-defined, so libstdc++ and
+/// libc++ builds made different data; the trees changed with util::Rng, their distribution
+/// did not). A sequence is a nested expression such as
 ///   [MAX 2 9 [MIN 4 7 ] 0 ]   -> 9
 /// over the operators MAX, MIN, MED (the median, rounded down) and SM (sum modulo 10) and the
 /// digits 0..9; the label is its value (10 classes).
@@ -41,19 +45,19 @@ struct ListOpsOptions {
   /// is kept twice while generating (4 bytes each), so at most ~4 GB.
   static constexpr int64_t kMaxTotalTokens = 500000000;
   /// Draws in a row that add no tree before generation gives up: a length range that almost
-  /// no tree reaches, or fewer distinct trees than requested. Measured: LRA's settings need
-  /// 12 draws per tree (longest run without one over 100,000 trees: 134); max_depth 25 needs
-  /// 4,700 (longest run over 1,000 trees: 54,000); max_depth 30 needs 46,000 (longest run
-  /// 297,000).
+  /// no tree reaches, or fewer distinct trees than requested. Measured (seed 0): LRA's
+  /// settings need 12 draws per tree (longest run without one over 100,000 trees: 133);
+  /// max_depth 25 needs 4,400 (longest run over 1,000 trees: 39,000); max_depth 30 needs
+  /// 51,000 (longest run 477,000).
   static constexpr int64_t kMaxFailedDraws = 1000000;
   /// Tokens drawn in a row that add no tree before generation gives up (about 1.5-2.5 s of
   /// drawing), or kFailedTokensPerTree times the mean tokens drawn per tree so far if that is
   /// more. A draw stops at max_length tokens, but with many arguments and deep trees almost
   /// every draw grows that far: max_depth 1000, max_args 1000 draws 10^6 tokens in a quarter
   /// of the draws and reaches 10 < tokens < 10^6 about once in 15,000 (4 * 10^9 tokens, a
-  /// minute). Measured longest runs: LRA's settings 12,000 tokens over 100,000 trees;
-  /// max_depth 25 15 million over 1,000 (1.35 million per tree on average); max_depth 30
-  /// 86 million over 1,000 (13 million per tree, which the second bound covers).
+  /// minute). Measured longest runs (seed 0): LRA's settings 12,900 tokens over 100,000
+  /// trees; max_depth 25 11 million over 1,000 (1.28 million per tree on average); max_depth
+  /// 30 138 million over 1,000 (14.8 million per tree, which the second bound covers).
   static constexpr int64_t kMaxFailedTokens = 100000000;
   static constexpr int64_t kFailedTokensPerTree = 32;
 };
