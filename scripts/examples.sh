@@ -41,7 +41,7 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 # Only the temporary prefix may provide seqmix: no package registry, and the folder it was
 # found in is checked below (a seqmix in /usr/local would otherwise do as well).
 cmake -S "$here/examples" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" 2>&1 \
   || { cat "$work/configure.log" >&2; exit 1; }
 found=$(sed -n 's/^seqmix_DIR:PATH=//p' "$work/build/CMakeCache.txt")
 [ "$found" = "$prefix/$libdir/cmake/seqmix" ] \
@@ -54,8 +54,11 @@ step "building generate with pkg-config"
 c++ -std=c++17 -O1 -o "$work/generate-pc" "$here/examples/generate.cpp" \
   $(PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig" pkg-config --cflags --libs seqmix)
 
-# ~270 KB of addresses: the model trains on the first 90%, is scored on the rest.
-cat "$sotu"/19[6-7]*.txt | head -c 270000 >"$work/sotu.txt"
+# ~270 KB of addresses: the model trains on the first 90%, is scored on the rest. Each
+# address is one line in the corpus; folded into lines of at most 400 bytes, since
+# SentencePiece skips lines longer than 8192 bytes when it trains.
+cat "$sotu"/19[6-7]*.txt | fold -s -w 400 >"$work/sotu-1960s-70s.txt"
+head -c 270000 "$work/sotu-1960s-70s.txt" >"$work/sotu.txt"
 bin=$work/build
 
 step "train_lm: 40 steps, byte-level"
@@ -72,10 +75,10 @@ out_pc=$("$work/generate-pc" "$work/run-bytes" "My fellow Americans, " 40)
   || { echo "examples.sh: the pkg-config build generated other text: $out_pc" >&2; exit 1; }
 
 step "a SentencePiece tokenizer from the installed CLI, then train_lm and generate with it"
-"$prefix/bin/seqmix" tokenizer train --data "$work/sotu.txt" --vocab-size 320 \
-  --out "$work/bpe320.model" >/dev/null
+"$prefix/bin/seqmix" tokenizer train --data "$work/sotu.txt" --vocab-size 400 \
+  --out "$work/bpe400.model" >/dev/null
 "$bin/train_lm" "$work/sotu.txt" "$work/run-bpe" 20 \
-  "data.tokenizer=\"$work/bpe320.model\"" model.vocab_size=320
+  "data.tokenizer=\"$work/bpe400.model\"" model.vocab_size=400
 # The dynamic loader says which plugin file it mapped: the installed one, found through the
 # RUNPATH the package gave the program, not the build tree's.
 LD_DEBUG=files "$bin/generate" "$work/run-bpe" "The " 20 2>"$work/ld.log"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up (apt packages, data), builds everything, and runs the unit tests.
+# Sets up (apt packages, data), builds everything, runs the unit tests, then builds and runs
+# examples/ against an installed copy (scripts/examples.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -12,6 +13,8 @@ cd build
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
 cd "$here"
+# seqmix as an installed library: examples/ built against `cmake --install` output and run.
+bash scripts/examples.sh
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 if [ "${SEQMIX_SANITIZERS:-1}" != 0 ]; then
   bash scripts/sanitize.sh
