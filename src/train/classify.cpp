@@ -7,6 +7,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "seqmix/train/objective.h"
+
 #include "seqmix/util/rng.h"
 
 namespace seqmix::train {
@@ -131,23 +133,20 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
     return a->tokens.size() + a->tokens_b.size() > b->tokens.size() + b->tokens_b.size();
   });
   const int64_t max_len = model->config().max_len;
-  double nll = 0;
-  int64_t correct = 0;
+  LossTotals totals;
   for (int64_t i = 0; i < n; i += batch_size) {
     const auto first = order.begin() + i;
     const std::vector<const data::LabelledSequence*> part(first,
                                                           first + std::min(batch_size, n - i));
-    const ClassBatch b = collate(part, max_len, pad_to_multiple);
-    const at::Tensor logits = class_logits(model, b);
-    nll += at::cross_entropy_loss(logits, b.labels, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+    totals.add(classification_loss(model, collate(part, max_len, pad_to_multiple),
+                                   LossReduction::kSum));
     if (on_progress) on_progress(std::min(n, i + batch_size), n);
   }
   if (was_training) model->train();
   AccuracyResult r;
   r.examples = n;
-  r.loss = nll / static_cast<double>(n);
-  r.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  r.loss = totals.mean();
+  r.accuracy = totals.accuracy();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "seqmix/train/objective.h"
+
 namespace seqmix::train {
 
 int64_t evaluated_tokens(const data::TokenIds& tokens, int64_t max_tokens) {
@@ -32,18 +34,13 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   const int64_t predicted = evaluated_tokens(tokens, max_tokens);
   const int64_t n = predicted + (tokens.empty() ? 0 : 1);
   const int64_t full = predicted / T, rest = predicted % T;
-  double nll = 0;
-  int64_t scored = 0;
+  LossTotals totals;
   auto score = [&](int64_t first_window, int64_t count, int64_t len) {
     at::Tensor batch = at::empty({count, len + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i)
       batch[i].copy_(data::tokens_to_tensor(tokens, (first_window + i) * T, len + 1));
-    at::Tensor logits = model->forward(batch.narrow(1, 0, len));
-    nll += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                  batch.narrow(1, 1, len).reshape({-1}), {}, at::Reduction::Sum)
-               .item<double>();
-    scored += count * len;
-    if (on_progress) on_progress(scored, predicted);
+    totals.add(language_model_loss(model, batch, LossReduction::kSum));
+    if (on_progress) on_progress(totals.count, predicted);
   };
   for (int64_t w = 0; w < full; w += batch_size) score(w, std::min(batch_size, full - w), T);
   if (rest > 0) score(full, 1, rest);
@@ -55,7 +52,8 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   else
     r.bytes = static_cast<int64_t>(
         tokenizer.decode(data::TokenIds(tokens.begin() + 1, tokens.begin() + n)).size());
-  r.loss = predicted > 0 ? nll / static_cast<double>(predicted) : 0.0;
+  const double nll = totals.nll;
+  r.loss = totals.mean();
   r.perplexity = std::exp(r.loss);
   r.bpc = r.bytes > 0 ? nll / static_cast<double>(r.bytes) / std::log(2.0) : 0.0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,6 +1,5 @@
 #include "seqmix/train/trainer.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -11,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <filesystem>
-#include <thread>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tasks.h"
@@ -21,44 +20,19 @@
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/metrics.h"
+#include "seqmix/train/objective.h"
+#include "seqmix/train/resolve.h"
 #include "seqmix/train/schedule.h"
 #include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/progress.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
+#include "seqmix/util/threads.h"
 
 namespace seqmix::train {
 
 namespace fs = std::filesystem;
-
-int64_t max_threads() {
-  // As RunConfig::check_resources: more than four threads per hardware thread only thrash.
-  return 4 * std::max<int64_t>(1, std::thread::hardware_concurrency());
-}
-
-void check_threads(int64_t threads, const std::string& what) {
-  if (threads < 0 || threads > max_threads())
-    throw std::invalid_argument(fmt::format(
-        "{} must be 0 (all {} hardware threads) or a count up to {}, got {}", what,
-        std::thread::hardware_concurrency(), max_threads(), threads));
-}
-
-int64_t configure_threads(int64_t threads, int64_t blas_threads) {
-  check_threads(threads, "train.threads");
-  const int64_t n =
-      threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  torch::set_num_threads(static_cast<int>(n));
-  // LibTorch's threads and OpenBLAS's own pool oversubscribe the cores. Measured on 2 cores
-  // (docs/RESULTS.md): weird-net/mini trains at 10.5k tokens/s with OpenBLAS on one thread
-  // vs 8.6k with its default pool; at base size the two are within 5%. So GEMMs run
-  // single-threaded inside LibTorch's parallelism. Looked up at run time: the BLAS behind
-  // LibTorch is whatever Debian's libblas.so.3 alternative points to.
-  using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(static_cast<int>(blas_threads > 0 ? blas_threads : n));
-  return n;
-}
 
 std::string LossSpikeWatch::check(int64_t step, double loss) {
   std::string warning;
@@ -104,21 +78,16 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model
 using LogFn = std::function<void(const nlohmann::json&)>;
 using SayFn = std::function<void(const std::string&)>;
 
-struct StepLoss {
-  at::Tensor loss;        ///< mean over the batch, to backpropagate
-  int64_t correct = 0;    ///< classification: right answers in the batch
-  int64_t count = 0;      ///< classification: examples in the batch
-};
-
-// What is learned and how it is scored: next-token prediction on a corpus or a labelled task.
-// The loop in train() (schedule, clipping, logging, checkpoints) is the same for both.
-struct Objective {
+// The data a run learns from and how it is scored there: next-token prediction on a corpus
+// or a labelled task (the loss itself is objective.h's, shared with evaluation). The loop in
+// train() (schedule, clipping, logging, checkpoints) is the same for both.
+struct TrainingPlan {
   std::string description;  ///< the data, for the start line
   std::string batch_shape;  ///< e.g. "32 x 256 bytes"
   std::string unit;         ///< what the throughput counts: tokens or examples
   int64_t units_per_step = 0;
   bool train_bpc = false;   ///< training lines carry bpc (byte-level language models)
-  std::function<StepLoss(int64_t step)> step;
+  std::function<BatchLoss(int64_t step)> step;  ///< the mean loss of the step's batch
   std::function<void(int64_t step, bool final)> held_out;
 };
 
@@ -136,26 +105,23 @@ std::unique_ptr<util::Progress> final_evaluation_bar(int64_t total, const std::s
   return bar;
 }
 
-Objective language_model_objective(const RunConfig& config, models::SequenceModel& model,
-                                   const data::Tokenizer& tokenizer, const LogFn& log,
-                                   const SayFn& say, TrainResult& result) {
+TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel& model,
+                                 const data::Tokenizer& tokenizer, const LogFn& log,
+                                 const SayFn& say, TrainResult& result) {
   auto corpus = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::build(
       data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
       tokenizer));
   const auto& t = config.train;
-  const int64_t T = config.model.max_len, B = t.batch_size, V = config.model.vocab_size;
-  Objective o;
+  const int64_t T = config.model.max_len, B = t.batch_size;
+  TrainingPlan o;
   o.description = corpus->description;
   o.batch_shape = fmt::format("{} x {} {}", B, T, tokenizer.is_bytes() ? "bytes" : "tokens");
   o.unit = "tokens";
   o.units_per_step = B * T;
   o.train_bpc = tokenizer.is_bytes();
-  o.step = [corpus, &model, &t, B, T, V](int64_t step) {
-    const at::Tensor batch =
-        data::sample_batch(corpus->train, B, T, static_cast<uint64_t>(t.seed), step);
-    const at::Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
-    const at::Tensor logits = model->forward(x);
-    return StepLoss{at::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1})), 0, 0};
+  o.step = [corpus, &model, &t, B, T](int64_t step) {
+    return language_model_loss(
+        model, data::sample_batch(corpus->train, B, T, static_cast<uint64_t>(t.seed), step));
   };
   const std::string split = config.data.eval_split;  // the held-out split: valid or test
   o.held_out = [corpus, &model, &tokenizer, &t, B, split, log, say, &result](int64_t step,
@@ -193,14 +159,14 @@ Objective language_model_objective(const RunConfig& config, models::SequenceMode
   return o;
 }
 
-Objective classification_objective(const RunConfig& config, models::SequenceModel& model,
-                                   const LogFn& log, const SayFn& say, TrainResult& result) {
+TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel& model,
+                                 const LogFn& log, const SayFn& say, TrainResult& result) {
   auto task = std::make_shared<const data::TaskData>(data::load_task(task_spec(config)));
   const auto& t = config.train;
   const int64_t B = t.batch_size, T = config.model.max_len;
   auto order = std::make_shared<EpochOrder>(static_cast<int64_t>(task->splits.train.size()), B,
                                             static_cast<uint64_t>(t.seed));
-  Objective o;
+  TrainingPlan o;
   o.description = task->description;
   o.batch_shape = fmt::format("{} examples of <= {} tokens{}", B, T,
                               task->info.pair ? " (pairs)" : "");
@@ -210,10 +176,7 @@ Objective classification_objective(const RunConfig& config, models::SequenceMode
   o.step = [task, order, &model, T, pad_multiple](int64_t step) {
     std::vector<const data::LabelledSequence*> examples;
     for (int64_t i : order->batch(step)) examples.push_back(&task->splits.train[i]);
-    const ClassBatch b = collate(examples, T, pad_multiple);
-    const at::Tensor logits = class_logits(model, b);
-    const int64_t correct = logits.detach().argmax(-1).eq(b.labels).sum().item<int64_t>();
-    return StepLoss{at::cross_entropy_loss(logits, b.labels), correct, b.labels.size(0)};
+    return classification_loss(model, collate(examples, T, pad_multiple));
   };
   // Periodic evaluations score the validation split; the final one also the test split and
   // as many training examples as the test split has (train vs test accuracy, aib-net
@@ -409,25 +372,18 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
   data::Tokenizer tokenizer = data::Tokenizer::bytes();
   const bool task = !config.data.task.empty();
-  if (config.data.tokenizer != "bytes") {
-    if (options.resume) {
-      tokenizer = resumed->tokenizer();
-      if (fs::is_regular_file(config.data.tokenizer) &&
-          !data::Tokenizer::load(config.data.tokenizer).same_as(tokenizer))
-        throw std::runtime_error("--resume: tokenizer model '" + config.data.tokenizer +
-                                 "' has changed since checkpoint '" + ckpt_path.string() +
-                                 "' was written; the run continues only with the tokenizer it "
-                                 "started with");
-    } else {
-      tokenizer = data::Tokenizer::load(config.data.tokenizer);
-    }
+  if (options.resume && config.data.tokenizer != "bytes") {
+    tokenizer = resumed->tokenizer();
+    if (fs::is_regular_file(config.data.tokenizer) &&
+        !data::Tokenizer::load(config.data.tokenizer).same_as(tokenizer))
+      throw std::runtime_error("--resume: tokenizer model '" + config.data.tokenizer +
+                               "' has changed since checkpoint '" + ckpt_path.string() +
+                               "' was written; the run continues only with the tokenizer it "
+                               "started with");
+    check_tokenizer(config, tokenizer);
+  } else {
+    tokenizer = resolve_tokenizer(config);
   }
-  if (!task && tokenizer.vocab_size() != config.model.vocab_size)
-    throw std::runtime_error(
-        "model.vocab_size is " + std::to_string(config.model.vocab_size) + " but tokenizer '" +
-        config.data.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) +
-        " pieces; set model.vocab_size=" + std::to_string(tokenizer.vocab_size()) +
-        " (the --tokenizer option does so)");
 
   // Next-token prediction needs a model that cannot see the token it predicts.
   if (!task && !config.model.causal)
@@ -440,7 +396,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     notes.push_back(fmt::format("warning: train.warmup_steps ({}) is not below train.max_steps "
                                 "({}): the learning rate never reaches train.lr ({:.3g})",
                                 t.warmup_steps, t.max_steps, t.lr));
-  const int64_t threads = configure_threads(t.threads);
+  const int64_t threads = util::configure_threads(t.threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   models::SequenceModel model(config.model);
   auto optimizer = make_optimizer(model, t);
@@ -478,9 +434,8 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     metrics->write(line);
   };
   auto say = [&](const std::string& line) { progress->message(line); };
-  const Objective objective =
-      task ? classification_objective(config, model, log, say, result)
-           : language_model_objective(config, model, tokenizer, log, say, result);
+  const TrainingPlan plan = task ? classification_plan(config, model, log, say, result)
+                                 : language_model_plan(config, model, tokenizer, log, say, result);
   const fs::path metrics_path = files.metrics_path();
   if (!options.resume && !files.promoted() && metrics_path == final_metrics) {
     // A fresh run in a folder that held none: the configuration is visible from the start.
@@ -508,8 +463,11 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads, {}; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
                   util::blas_description(),
-                  objective.description, objective.batch_shape, t.max_steps,
+                  plan.description, plan.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
+  // The whole resolved configuration, briefly (config.toml in the run folder holds it in full).
+  std::istringstream summary(config_summary(config));
+  for (std::string line; std::getline(summary, line);) say(line);
   for (const auto& n : notes) say(n);
   int64_t last_checkpoint = start;
   auto checkpoint = [&](int64_t step) {
@@ -562,7 +520,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     std::vector<at::Tensor> buffers;
     if (t.nonfinite == "skip")
       for (const auto& b : model->buffers()) buffers.push_back(b.clone());
-    const StepLoss sl = objective.step(step);
+    const BatchLoss sl = plan.step(step);
     sl.loss.backward();
     if (options.after_backward) options.after_backward(step + 1, model);
     const double l = sl.loss.item<double>();
@@ -602,8 +560,10 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       optimizer->step();
       loss_sum += l;
       ++loss_n;
-      correct_sum += sl.correct;
-      count_sum += sl.count;
+      if (task) {  // the counts behind a classifier's training accuracy
+        correct_sum += sl.correct;
+        count_sum += sl.count;
+      }
       if (const std::string w = spikes.check(done, l); !w.empty()) {
         log({{"step", done}, {"event", "warning"}, {"reason", w}});
         say("warning: " + w);
@@ -619,13 +579,13 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
                           {"loss", mean},
                           {"lr", lr},
                           {"grad_norm", grad_norm},
-                          {objective.unit + "_per_s",
-                           dt > 0 ? static_cast<double>(loss_n * objective.units_per_step) / dt
+                          {plan.unit + "_per_s",
+                           dt > 0 ? static_cast<double>(loss_n * plan.units_per_step) / dt
                                   : 0.0}};
       // Perplexity for language models only; bits per byte only where a token is a byte
       // (held-out lines carry it for every tokenizer).
       if (!task) line["perplexity"] = std::exp(mean);
-      if (objective.train_bpc) line["bpc"] = mean / std::log(2.0);
+      if (plan.train_bpc) line["bpc"] = mean / std::log(2.0);
       if (count_sum > 0)
         line["accuracy"] = static_cast<double>(correct_sum) / static_cast<double>(count_sum);
       log(line);
@@ -640,7 +600,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     }
     if (progress->tty()) progress->update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
-      objective.held_out(done, false);
+      plan.held_out(done, false);
     if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
         done == options.halt_after_step)
       checkpoint(done);
@@ -658,7 +618,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   // that stopped before its final evaluation.
   if (start >= t.max_steps && !files.promoted() && (!resumed || stored_max_steps != t.max_steps))
     checkpoint(t.max_steps);
-  objective.held_out(std::max(start, t.max_steps), true);
+  plan.held_out(std::max(start, t.max_steps), true);
   if (!std::isfinite(result.eval_loss))
     throw std::runtime_error(fmt::format(
         "the final evaluation's loss is {}: the weights at step {} produce NaN or inf on "

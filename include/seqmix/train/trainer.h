@@ -95,19 +95,6 @@ class LossSpikeWatch {
   bool warned_ = false;
 };
 
-/// Checks a thread count a user asked for: 0 (all hardware threads) up to
-/// max_threads() (four per hardware thread: more only thrash).
-/// @throws std::invalid_argument naming `what` (a flag or key) and the machine's count.
-void check_threads(int64_t threads, const std::string& what);
-int64_t max_threads();
-
-/// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
-/// puts OpenBLAS (if it is the BLAS in use) on `blas_threads` threads (default one, so the
-/// two pools do not oversubscribe the cores; 0 = as many as LibTorch). Returns the LibTorch
-/// thread count in effect.
-/// @throws std::invalid_argument as check_threads(threads, "train.threads").
-int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
-
 /// Trains a model as `config` says. On resume the configuration stored in the checkpoint is
 /// used, with `config`'s training section (max_steps, intervals, threads) taking over.
 /// Resuming cannot shorten a run below its checkpoint's step; resuming a finished run trains
@@ -121,6 +108,9 @@ int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
 /// "test" | "train_eval", "final", ...} and events {"event": "skipped_step" | "warning" |
 /// "interrupted", ...}. A run that fails before its first checkpoint removes the files it
 /// created (and the folder, if it created it).
+///
+/// Progress goes to stderr: a start line (model, threads, BLAS, data, batch shape), then the
+/// resolved configuration in brief (config_summary in resolve.h, one line per section).
 ///
 /// Between steps train() polls util::stop_signal(): after SIGINT or SIGTERM it finishes the
 /// step, checkpoints it and throws Interrupted.

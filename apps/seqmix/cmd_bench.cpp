@@ -1,0 +1,99 @@
+// seqmix bench: the operator benchmarks (bench/ops_bench.h), as a table or JSON lines.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <utility>
+#include <vector>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "seqmix/bench/ops_bench.h"
+#include "seqmix/util/blas.h"
+#include "seqmix/util/memory.h"
+#include "seqmix/util/threads.h"
+
+namespace seqmix::cli {
+
+namespace {
+
+// Each mode's defaults, in the order the help lists them; the options a user gives override
+// them one by one.
+using Mode = std::pair<std::string, bench::OpsBenchOptions (*)()>;
+const std::vector<Mode>& modes() {
+  static const std::vector<Mode> m = {
+      {"ops", [] { return bench::OpsBenchOptions(); }},
+      {"extractor", &bench::OpsBenchOptions::extractor_defaults},
+      {"ces", &bench::OpsBenchOptions::ces_defaults}};
+  return m;
+}
+
+struct BenchFlags {
+  bench::OpsBenchOptions options;
+  bool json = false;
+  int64_t threads = 0, blas_threads = 0;
+  std::string mode;
+};
+
+int run_bench(BenchFlags& f, const CLI::App& cmd) {
+  // Shapes repeat exactly, case by case, unlike training's padded batches.
+  util::set_heap_policy(util::HeapPolicy::kRepeating);
+  auto& o = f.options;
+  bench::OpsBenchOptions d;
+  for (const auto& [name, defaults] : modes())
+    if (name == f.mode) d = defaults();
+  if (cmd.count("--L") == 0) o.lengths = d.lengths;
+  if (cmd.count("--B") == 0) o.batch = d.batch;
+  if (cmd.count("--D") == 0) o.d_model = d.d_model;
+  if (cmd.count("--ops") == 0) o.ops = d.ops;
+  util::check_threads(f.threads, "--threads");
+  util::check_threads(f.blas_threads, "--blas-threads");
+  const int64_t n = util::configure_threads(f.threads, f.blas_threads);
+  std::vector<nlohmann::json> rows;
+  if (!f.json)
+    fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} blas={} (float32)\n",
+               f.mode, o.batch, o.d_model, o.n_heads, o.reps, n, util::blas_description());
+  bench::run_ops_bench(o, [&](nlohmann::json row) {
+    if (row.value("op", "") == "stream_triad") row["blas"] = util::blas_description();
+    rows.push_back(row);
+    if (f.json) {
+      fmt::print("{}\n", row.dump());
+      std::fflush(stdout);
+    } else {
+      fmt::print(stderr, "  {}\n", row.dump());
+    }
+  });
+  if (!f.json) fmt::print("{}", bench::format_ops_table(rows));
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  auto* cmd = app.add_subcommand("bench", "benchmark programs (not tests)");
+  std::vector<std::string> names;
+  for (const auto& m : modes()) names.push_back(m.first);
+  cmd->add_option("mode", f->mode,
+                  "ops: AIB fused vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
+                  "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
+                  "(B=64, D=128, L=l=128); ces: CES recurrence kernel vs the FFT reference "
+                  "(B=4, D=512, L=1K..16K). Options override the mode's defaults.")
+      ->required()
+      ->check(CLI::IsMember(names));
+  cmd->add_option("--L", f->options.lengths, "sequence lengths")->delimiter(',');
+  cmd->add_option("--B", f->options.batch, "batch size");
+  cmd->add_option("--D", f->options.d_model, "channels / d_model");
+  cmd->add_option("--heads", f->options.n_heads, "attention heads");
+  cmd->add_option("--reps", f->options.reps, "timed repetitions (median reported)");
+  cmd->add_option("--ops", f->options.ops,
+                  "subset of aib_fused,aib_reference,aib_layer,attention_layer,extractor_fast,"
+                  "extractor_reference,ces_kernel,ces_fft_reference")
+      ->delimiter(',');
+  cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all)");
+  cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
+  cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");
+  return {cmd, [f, cmd](char**) { return run_bench(*f, *cmd); }};
+}
+
+}  // namespace seqmix::cli

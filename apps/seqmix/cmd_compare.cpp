@@ -1,0 +1,83 @@
+// seqmix compare: several models trained on exactly the same batches, one summary line per
+// model and one picture.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common.h"
+#include "seqmix/train/compare.h"
+#include "seqmix/util/run_folder.h"
+#include "seqmix/util/signals.h"
+
+namespace seqmix::cli {
+
+namespace {
+
+struct CompareFlags {
+  ConfigFlags config;
+  train::CompareOptions options;
+  std::vector<std::string> models;
+};
+
+int run_compare(CompareFlags& f) {
+  auto& o = f.options;
+  util::install_stop_signals();
+  util::check_path_text(o.out_dir, "--out");
+  o.config_path = f.config.config_path;
+  o.shared_overrides = f.config.overrides();
+  for (const auto& spec : f.models) o.models.push_back(train::parse_compare_model(spec));
+  train::resolve_compare(o);  // every check, before anything is created
+  if (!util::run_files_in(o.out_dir).empty())
+    throw std::runtime_error("--out: '" + o.out_dir +
+                             "' is a training run's folder, not a comparison's; choose another");
+  // The comparison's folder is locked as a run folder is: a second compare (or a train) into
+  // it fails at once instead of tearing its summary and plots.
+  const bool created = !std::filesystem::exists(o.out_dir);
+  std::filesystem::create_directories(o.out_dir);
+  std::optional<util::FolderLock> lock;
+  try {
+    lock.emplace(o.out_dir, "compare folder");
+  } catch (...) {
+    if (created) std::filesystem::remove(o.out_dir);
+    throw;
+  }
+  const auto r = train::compare(o);
+  for (const auto& row : r.rows)
+    fmt::print("{}\n", nlohmann::json{{"name", row.name},
+                                      {"preset", row.preset},
+                                      {"parameters", row.parameters},
+                                      {"steps", row.steps},
+                                      {"train_loss", row.train_loss},
+                                      {"split", "eval"},
+                                      {"loss", row.eval_loss},
+                                      {"perplexity", row.eval_perplexity},
+                                      {"bpc", row.eval_bpc},
+                                      {"seconds", row.seconds}}
+                           .dump());
+  if (!r.plot.empty()) fmt::print(stderr, "compare: plot written to '{}'\n", r.plot);
+  return 0;
+}
+
+}  // namespace
+
+Command add_compare(CLI::App& app) {
+  auto f = std::make_shared<CompareFlags>();
+  auto* cmd = app.add_subcommand(
+      "compare",
+      "train several models on exactly the same batches; per-model run folders, summary.jsonl "
+      "and compare.png (training cost per batch, median and quartiles per bucket)");
+  f->config.add_to(cmd);
+  cmd->add_option("--out", f->options.out_dir, "output folder")->required();
+  cmd->add_option("--run", f->models,
+                  "a model: \"NAME=PRESET [section.key=value ...]\" (repeatable; the options "
+                  "above apply to every model first)")
+      ->required();
+  cmd->add_option("--bucket", f->options.bucket,
+                  "batches per median/quartile bucket (default: max(1, max_steps / 20))");
+  return {cmd, [f](char**) { return run_compare(*f); }};
+}
+
+}  // namespace seqmix::cli

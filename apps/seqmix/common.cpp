@@ -1,0 +1,179 @@
+#include "common.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "seqmix/train/resolve.h"
+#include "seqmix/train/trainer.h"
+#include "seqmix/util/run_folder.h"
+
+namespace seqmix::cli {
+
+const char* const kDataDirHelp =
+    "folder filled by scripts/setup.sh (default: $SEQMIX_DATA_DIR, else the source tree's "
+    "data folder)";
+
+std::string read_integer(const std::string& text, int64_t& value) {
+  size_t used = 0;
+  try {
+    value = std::stoll(text, &used);
+    if (used == text.size()) return "";
+    const double d = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.2e18) {
+      value = static_cast<int64_t>(d);
+      return "";
+    }
+  } catch (const std::out_of_range&) {
+    return "expected an integer within +-9223372036854775807, got '" + text + "'";
+  } catch (const std::exception&) {
+  }
+  return "expected an integer, got '" + text + "'";
+}
+
+void ConfigFlags::add_to(CLI::App* app) {
+  app->add_option("--config", config_path, "TOML config file ([model], [data], [train])")
+      ->check(CLI::ExistingFile);
+  app->add_option("--model", model,
+                  "model preset: weird-net (= aib-net), weird-net-a, moss, transformer, "
+                  "extractor-transformer, transformer-plain, etsmlp-lm, etsmlp-gate-lm, ... "
+                  "(`seqmix info` lists all)");
+  app->add_option("--size", size,
+                  "model size: tiny, mini, base, small, medium, large (language modelling); "
+                  "cpu (default) or paper with --task");
+  app->add_option("--task", task,
+                  "classification task instead of language modelling: listops, text, "
+                  "retrieval, image, pathfinder, pathx (docs/TASKS.md)");
+  app->add_option("--data", data, "corpus: sotu, moby-dick, or a text file/folder path");
+  app->add_option("--data-dir", data_dir, kDataDirHelp);
+  app->add_option("--tokenizer", tokenizer,
+                  "bytes (default) or a SentencePiece model from `seqmix tokenizer train`; "
+                  "sets model.vocab_size to its size");
+  // No defaults of their own: the preset and the config file decide (--dump-config shows
+  // the resolved values).
+  app->add_option("--max-steps", max_steps, "optimizer steps (train.max_steps)");
+  app->add_option("--seed", seed, "random seed: init, batch order (train.seed)");
+  app->add_option("--batch-size", batch_size, "sequences per step (train.batch_size)");
+  app->add_option("--lr", lr, "peak learning rate (train.lr)");
+  app->add_option("--threads", threads, "intra-op threads, 0 = all (train.threads)");
+  app->add_option("--max-len", max_len,
+                  "context length in tokens, bytes for byte-level models (model.max_len)");
+  app->add_option("--aib-impl", aib_impl, "AIB scan: fused (default) or reference");
+  app->add_option("--set", set, "override any key: section.key=value (repeatable)");
+}
+
+namespace {
+
+// A count given as text: an integer, or a number in scientific notation that is one (1e9);
+// anything else is an error naming the flag.
+std::optional<int64_t> integer(const std::optional<std::string>& text, const char* flag) {
+  if (!text) return std::nullopt;
+  int64_t v = 0;
+  if (const std::string why = read_integer(*text, v); !why.empty())
+    throw std::invalid_argument(std::string(flag) + ": " + why);
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigFlags::overrides() const {
+  if (!task.empty() && !data.empty())
+    throw std::invalid_argument("--data does not apply with --task: task '" + task +
+                                "' brings its own data");
+  std::vector<std::string> o;
+  auto str = [&](const char* key, const std::string& v) {
+    if (!v.empty()) o.push_back(std::string(key) + "=" + nlohmann::json(v).dump());
+  };
+  auto num = [&](const char* key, const std::optional<int64_t>& v) {
+    if (v) o.push_back(std::string(key) + "=" + std::to_string(*v));
+  };
+  str("model.preset", model);
+  str("model.size", size);
+  str("data.source", data);
+  str("data.task", task);
+  str("data.dir", data_dir);
+  str("model.aib_impl", aib_impl);
+  if (!tokenizer.empty()) {
+    const auto t = train::tokenizer_overrides(tokenizer);
+    o.insert(o.end(), t.begin(), t.end());
+  }
+  num("train.max_steps", integer(max_steps, "--max-steps"));
+  num("train.seed", integer(seed, "--seed"));
+  num("train.batch_size", integer(batch_size, "--batch-size"));
+  num("train.threads", integer(threads, "--threads"));
+  num("model.max_len", integer(max_len, "--max-len"));
+  // TOML spells the non-finite values nan and inf, as fmt does; validation rejects them.
+  if (lr) o.push_back("train.lr=" + fmt::format("{:e}", *lr));
+  o.insert(o.end(), set.begin(), set.end());
+  return o;
+}
+
+void harden(CLI::App* app) {
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("expected a value, got ''") : ""; },
+      "", "");
+  const CLI::Validator integer(
+      [](std::string& v) -> std::string {
+        int64_t n = 0;
+        std::string why = read_integer(v, n);
+        if (why.empty()) v = std::to_string(n);
+        return why;
+      },
+      "", "");
+  for (CLI::Option* opt : app->get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.empty()) continue;  // a flag
+    opt->check(non_empty);
+    if (type == "INT" || type == "UINT") opt->transform(integer);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) harden(sub);
+}
+
+void check_outputs(const std::string& dir, const std::vector<std::string>& names,
+                   bool overwrite) {
+  util::check_path_text(dir, "--out");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw std::runtime_error("--out: '" + dir + "' exists and is not a folder");
+  if (!util::run_files_in(dir).empty())
+    throw std::runtime_error("--out: '" + dir + "' is a training run's folder; choose another");
+  for (const auto& n : names)
+    if (!overwrite && fs::exists(fs::path(dir) / n, ec))
+      throw std::runtime_error("--out: '" + (fs::path(dir) / n).string() +
+                               "' exists; give --overwrite to replace it, or another folder");
+}
+
+int run_reporting_errors(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const train::Interrupted& e) {
+    std::fprintf(stderr, "seqmix: %s\n", e.what());
+    return 128 + e.signal;  // the shell's convention for "ended by signal N"
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "seqmix: error: out of memory; lower --batch-size or --max-len, or the "
+                         "model size\n");
+    return 1;
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    // LibTorch's allocator reports an allocation it could not make as a failed enforce.
+    if (what.find("alloc_cpu") != std::string::npos ||
+        what.find("DefaultCPUAllocator") != std::string::npos) {
+      std::fprintf(stderr, "seqmix: error: out of memory (%s); lower --batch-size or --max-len, "
+                           "or the model size\n", what.substr(0, what.find('\n')).c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "seqmix: error: %s\n", what.substr(0, what.find('\n')).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seqmix: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace seqmix::cli

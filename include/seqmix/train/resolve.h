@@ -1,0 +1,146 @@
+#pragma once
+/// @file resolve.h
+/// The run layer between a front end (the command line, and later bindings or a launcher of
+/// several processes) and the library: turning what a user asks for into a checked
+/// configuration, a loaded model or the data an evaluation scores. Configuration resolution
+/// itself (preset, then TOML file, then overrides) is resolve_config in config.h; what is
+/// here decides the things around it that every front end would otherwise repeat: a
+/// tokenizer's piece count becoming model.vocab_size, a resumed run's configuration coming
+/// from its checkpoint, a stored run's model and tokenizer, its evaluation split.
+///
+/// Example:
+///   RunRequest request;
+///   request.tokenizer = "runs/moby-bpe5000.model";  // sets model.vocab_size = 5000
+///   request.overrides = {"model.preset=extractor-transformer", "train.max_steps=600"};
+///   const RunConfig config = resolve_run(request);
+///   std::cerr << config_summary(config);
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "seqmix/data/labelled.h"
+#include "seqmix/data/tokenizer.h"
+#include "seqmix/models/sequence_model.h"
+#include "seqmix/train/config.h"
+#include "seqmix/train/trainer.h"
+
+namespace seqmix::train {
+
+/// What a configuration is made of, in the order it applies (config.h).
+struct RunRequest {
+  std::string config_path;  ///< TOML file, or empty
+  /// A tokenizer given by itself ("bytes" or a SentencePiece model file), or empty: when
+  /// given, it sets data.tokenizer and model.vocab_size (tokenizer_overrides) before
+  /// `overrides`, which may still change them.
+  std::string tokenizer;
+  std::vector<std::string> overrides;  ///< "section.key=value", applied in order
+};
+
+/// The overrides a tokenizer given by itself amounts to: data.tokenizer = `tokenizer` and
+/// model.vocab_size = its piece count (256 for "bytes"). The model file is read to count its
+/// pieces.
+/// @throws std::runtime_error naming data.tokenizer (--tokenizer) if the file is not a
+///         SentencePiece model (see data::Tokenizer::load).
+std::vector<std::string> tokenizer_overrides(const std::string& tokenizer);
+
+/// resolve_config(request.config_path, tokenizer_overrides(request.tokenizer) +
+/// request.overrides, base): a configuration checked by validate() and check_resources().
+/// `base` (a resumed run's stored configuration) replaces the preset as the starting point.
+/// @throws std::runtime_error as resolve_config and tokenizer_overrides do.
+RunConfig resolve_run(const RunRequest& request, const RunConfig* base = nullptr);
+
+/// The tokenizer `config` names (data.tokenizer: "bytes" or a SentencePiece model file),
+/// checked against the model it feeds: a language model's model.vocab_size must be the
+/// tokenizer's piece count (a classifier's vocabulary is its task's, and is not checked).
+/// @throws std::runtime_error "model.vocab_size is 256 but tokenizer 'bpe.model' has 300
+///         pieces; set model.vocab_size=300 (the --tokenizer option does so)", or the
+///         tokenizer's own error for a file that is not a SentencePiece model.
+data::Tokenizer resolve_tokenizer(const RunConfig& config);
+
+/// The vocabulary check of resolve_tokenizer, for a tokenizer obtained otherwise (a
+/// checkpoint's). @throws std::runtime_error as resolve_tokenizer.
+void check_tokenizer(const RunConfig& config, const data::Tokenizer& tokenizer);
+
+/// A training run ready for train(): its configuration and the options that say where it
+/// goes.
+struct TrainingRun {
+  RunConfig config;
+  /// out_dir and resume as asked; when resuming, also the run folder's lock (taken before
+  /// its checkpoint is read, when the folder exists) and that checkpoint, opened once.
+  TrainOptions options;
+};
+
+/// The options of a training run into `out_dir` before its configuration is resolved: out_dir
+/// and resume as given; when resuming, the run folder's lock (taken before its checkpoint is
+/// read, when the folder exists, so a process training in it cannot replace the checkpoint
+/// in between) and the checkpoint, opened once; its config() is the base that resolve_run
+/// starts from.
+/// @throws std::runtime_error as resolve_training, for the folder and checkpoint.
+TrainOptions open_training_folder(const std::string& out_dir, bool resume);
+
+/// open_training_folder, then resolve_run from the resumed checkpoint's configuration (if
+/// any): a training run into `out_dir` (which may be empty to only resolve, e.g. to print
+/// the configuration). A resumed run starts from the configuration stored in
+/// `out_dir`'s checkpoint instead of a preset, and the request's overrides apply on top of it
+/// (train() then refuses changes other than the length and reporting of the run).
+/// @throws std::runtime_error "--resume needs --out <run folder>" when resuming without
+///         `out_dir`; as util::check_path_text for an `out_dir` with control characters; as
+///         util::FolderLock when another process trains in the folder; as CheckpointFile for a
+///         missing or corrupt checkpoint; as resolve_run.
+TrainingRun resolve_training(const RunRequest& request, const std::string& out_dir,
+                             bool resume);
+
+/// The model of a run folder or checkpoint file, with its configuration and tokenizer.
+struct LoadedRun {
+  RunConfig config;
+  data::Tokenizer tokenizer = data::Tokenizer::bytes();
+  models::SequenceModel model{nullptr};  ///< in eval mode
+};
+
+/// Loads `run` (a run folder or a checkpoint file; find_checkpoint) for evaluation or
+/// generation: the checkpoint is read and verified once, its configuration checked against
+/// this machine (RunConfig::check_resources(false): a model too large to hold is refused
+/// before it is built), then the weights loaded.
+/// @throws std::runtime_error naming the path: missing, corrupt or incompatible checkpoint
+///         (CheckpointFile), or a configuration this machine cannot hold.
+LoadedRun load_run(const std::string& run);
+
+/// What an evaluation of a stored run should score, beside the run's own configuration.
+struct EvalRequest {
+  std::string run;       ///< the run folder or checkpoint as the user named it (for messages)
+  std::string data;      ///< corpus instead of the run's data.source ("" = the run's own)
+  std::string data_dir;  ///< data folder instead of the run's data.dir ("" = the run's own)
+  /// Language models: "valid" or "test" (enwik8/text8), "" = the run's data.eval_split.
+  /// Classifiers: "train", "valid" or "test", "" = "test".
+  std::string split;
+};
+
+/// The held-out data of an evaluation, built from a stored configuration plus the request.
+struct EvalSet {
+  bool classification = false;  ///< a classifier (data.task set): `examples`, else `tokens`
+  std::string split;            ///< the split scored
+  data::TokenIds tokens;        ///< language model: the split's token stream
+  std::vector<data::LabelledSequence> examples;  ///< classifier: the split's examples
+};
+
+/// Applies the request to `config` (data.dir, and for language models data.source and
+/// data.eval_split, which the caller reports) and loads what it names: a language model's
+/// corpus encoded with `tokenizer`, or a classifier's task split.
+/// @throws std::invalid_argument "--data: '<run>' is a classifier on task '<task>', which
+///         brings its own data; give --split instead" when a classifier is given `data`.
+/// @throws std::runtime_error "--split: a task has the splits train, valid and test, got
+///         '<split>'", or as data::ByteCorpus::load, data::TokenCorpus::build and
+///         data::load_task for missing or unusable data.
+EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,
+                      const EvalRequest& request);
+
+/// The resolved configuration in brief, one line per section of RunConfig::to_toml() (a
+/// nested table such as [model.aib] gets its own line "model.aib: ..."), each
+/// "<section>: key=value key=value ...": keys in the order to_toml writes them, except that
+/// a section's preset and size come first; strings bare (quoted only when empty or holding
+/// spaces), arrays as [a,b], numbers in their shortest exact form. Every line ends in '\n'.
+/// Built from the TOML text, so sections added to the configuration appear without change
+/// here.
+std::string config_summary(const RunConfig& config);
+
+}  // namespace seqmix::train

@@ -1,0 +1,56 @@
+#include "seqmix/train/objective.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace seqmix::train {
+
+namespace {
+
+at::Reduction::Reduction aten(LossReduction r) {
+  return r == LossReduction::kSum ? at::Reduction::Sum : at::Reduction::Mean;
+}
+
+}  // namespace
+
+BatchLoss language_model_loss(models::SequenceModel& model, const at::Tensor& batch,
+                              LossReduction reduction) {
+  if (!batch.defined() || batch.dim() != 2 || batch.scalar_type() != at::kLong ||
+      batch.size(1) < 2)
+    throw std::invalid_argument(
+        "language_model_loss: expected int64 token ids [B, L + 1] with L >= 1, got " +
+        (batch.defined() ? std::string(c10::str(batch.sizes())) + " " +
+                               std::string(c10::toString(batch.scalar_type()))
+                         : std::string("an undefined tensor")));
+  const int64_t L = batch.size(1) - 1;
+  const at::Tensor logits = model->forward(batch.narrow(1, 0, L));
+  BatchLoss out;
+  out.loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                    batch.narrow(1, 1, L).reshape({-1}), {}, aten(reduction));
+  out.count = batch.size(0) * L;
+  return out;
+}
+
+BatchLoss classification_loss(models::SequenceModel& model, const ClassBatch& batch,
+                              LossReduction reduction) {
+  const at::Tensor logits = class_logits(model, batch);
+  BatchLoss out;
+  out.loss = at::cross_entropy_loss(logits, batch.labels, {}, aten(reduction));
+  out.count = batch.labels.size(0);
+  out.correct = logits.detach().argmax(-1).eq(batch.labels).sum().item<int64_t>();
+  return out;
+}
+
+void LossTotals::add(const BatchLoss& batch) {
+  nll += batch.loss.item<double>();
+  count += batch.count;
+  correct += batch.correct;
+}
+
+double LossTotals::mean() const { return count > 0 ? nll / static_cast<double>(count) : 0.0; }
+
+double LossTotals::accuracy() const {
+  return count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0;
+}
+
+}  // namespace seqmix::train

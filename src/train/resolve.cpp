@@ -1,0 +1,181 @@
+#include "seqmix/train/resolve.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <toml++/toml.h>
+
+#include "seqmix/data/byte_corpus.h"
+#include "seqmix/data/tasks.h"
+#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/classify.h"
+#include "seqmix/util/run_folder.h"
+
+namespace seqmix::train {
+
+std::vector<std::string> tokenizer_overrides(const std::string& tokenizer) {
+  const auto tok =
+      tokenizer == "bytes" ? data::Tokenizer::bytes() : data::Tokenizer::load(tokenizer);
+  // JSON string syntax is TOML's basic string syntax, escapes included.
+  return {"data.tokenizer=" + nlohmann::json(tokenizer).dump(),
+          "model.vocab_size=" + std::to_string(tok.vocab_size())};
+}
+
+RunConfig resolve_run(const RunRequest& request, const RunConfig* base) {
+  std::vector<std::string> overrides;
+  if (!request.tokenizer.empty()) overrides = tokenizer_overrides(request.tokenizer);
+  overrides.insert(overrides.end(), request.overrides.begin(), request.overrides.end());
+  return resolve_config(request.config_path, overrides, base);
+}
+
+void check_tokenizer(const RunConfig& config, const data::Tokenizer& tokenizer) {
+  if (!config.data.task.empty() || tokenizer.vocab_size() == config.model.vocab_size) return;
+  throw std::runtime_error(
+      "model.vocab_size is " + std::to_string(config.model.vocab_size) + " but tokenizer '" +
+      config.data.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) +
+      " pieces; set model.vocab_size=" + std::to_string(tokenizer.vocab_size()) +
+      " (the --tokenizer option does so)");
+}
+
+data::Tokenizer resolve_tokenizer(const RunConfig& config) {
+  data::Tokenizer tokenizer = config.data.tokenizer == "bytes"
+                                  ? data::Tokenizer::bytes()
+                                  : data::Tokenizer::load(config.data.tokenizer);
+  check_tokenizer(config, tokenizer);
+  return tokenizer;
+}
+
+TrainOptions open_training_folder(const std::string& out_dir, bool resume) {
+  TrainOptions options;
+  options.out_dir = out_dir;
+  options.resume = resume;
+  if (!resume) return options;
+  if (out_dir.empty()) throw std::runtime_error("--resume needs --out <run folder>");
+  util::check_path_text(out_dir, "--out");
+  // Locked before the checkpoint is read, so a run training in the folder cannot replace it
+  // between this read and train()'s.
+  if (std::filesystem::is_directory(out_dir))
+    options.lock = std::make_shared<util::FolderLock>(out_dir, "run folder");
+  options.checkpoint = std::make_shared<CheckpointFile>(find_checkpoint(out_dir));
+  return options;
+}
+
+TrainingRun resolve_training(const RunRequest& request, const std::string& out_dir,
+                             bool resume) {
+  TrainingRun run;
+  run.options = open_training_folder(out_dir, resume);
+  run.config =
+      resolve_run(request, run.options.checkpoint ? &run.options.checkpoint->config() : nullptr);
+  return run;
+}
+
+LoadedRun load_run(const std::string& run) {
+  CheckpointFile checkpoint(find_checkpoint(run));
+  LoadedRun loaded;
+  loaded.config = checkpoint.config();
+  loaded.config.check_resources(false);  // a stored configuration too large to hold
+  loaded.tokenizer = checkpoint.tokenizer();
+  loaded.model = models::SequenceModel(loaded.config.model);
+  checkpoint.load(loaded.model, nullptr);
+  loaded.model->eval();
+  return loaded;
+}
+
+EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,
+                      const EvalRequest& request) {
+  auto& d = config.data;
+  if (!request.data_dir.empty()) d.dir = request.data_dir;
+  EvalSet set;
+  if (!d.task.empty()) {
+    if (!request.data.empty())
+      throw std::invalid_argument("--data: '" + request.run + "' is a classifier on task '" +
+                                  d.task + "', which brings its own data; give --split instead");
+    set.classification = true;
+    set.split = request.split.empty() ? "test" : request.split;
+    // Checked before the task is loaded: generating a task's data can take minutes.
+    if (set.split != "test" && set.split != "valid" && set.split != "train")
+      throw std::runtime_error("--split: a task has the splits train, valid and test, got '" +
+                               set.split + "'");
+    data::TaskData task = data::load_task(task_spec(config));
+    auto& splits = task.splits;
+    set.examples = std::move(set.split == "test"    ? splits.test
+                             : set.split == "valid" ? splits.valid
+                                                    : splits.train);
+    return set;
+  }
+  if (!request.data.empty()) d.source = request.data;
+  if (!request.split.empty()) d.eval_split = request.split;
+  set.split = d.eval_split;
+  set.tokens = data::TokenCorpus::build(data::ByteCorpus::load(d.source, d.dir, d.eval_split),
+                                        tokenizer)
+                   .eval;
+  return set;
+}
+
+namespace {
+
+// One value as the summary shows it: short, and unambiguous where it matters (an empty
+// string, one with spaces).
+std::string brief(const toml::node& node) {
+  if (const auto* s = node.as_string()) {
+    const std::string& v = s->get();
+    if (v.empty() || v.find_first_of(" \t\"'=") != std::string::npos)
+      return nlohmann::json(v).dump();
+    return v;
+  }
+  if (const auto* f = node.as_floating_point()) return fmt::format("{}", f->get());
+  if (const auto* a = node.as_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < a->size(); ++i) out += (i ? "," : "") + brief(*a->get(i));
+    return out + "]";
+  }
+  std::ostringstream ss;
+  node.visit([&](auto&& n) { ss << n; });
+  return ss.str();
+}
+
+void summarise(const toml::table& table, const std::string& name, std::string& out) {
+  // Keys in the order the TOML text has them, a section's identity first.
+  std::vector<std::pair<std::string, const toml::node*>> keys;
+  for (const auto& [k, v] : table) keys.emplace_back(std::string(k.str()), &v);
+  auto rank = [](const std::string& k) { return k == "preset" ? 0 : k == "size" ? 1 : 2; };
+  std::stable_sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) {
+    if (rank(a.first) != rank(b.first)) return rank(a.first) < rank(b.first);
+    const auto &pa = a.second->source().begin, &pb = b.second->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  std::string line = name + ":";
+  std::vector<std::pair<std::string, const toml::table*>> nested;
+  for (const auto& [k, v] : keys) {
+    if (const auto* t = v->as_table())
+      nested.emplace_back(name + "." + k, t);
+    else
+      line += " " + k + "=" + brief(*v);
+  }
+  if (line.size() > name.size() + 1 || nested.empty()) out += line + "\n";
+  for (const auto& [n, t] : nested) summarise(*t, n, out);
+}
+
+}  // namespace
+
+std::string config_summary(const RunConfig& config) {
+  const std::string text = config.to_toml();
+  const toml::table root =
+      toml::parse(std::string_view(text), std::string_view("resolved configuration"));
+  std::vector<std::pair<std::string, const toml::table*>> sections;
+  for (const auto& [k, v] : root)
+    if (const auto* t = v.as_table()) sections.emplace_back(std::string(k.str()), t);
+  std::stable_sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) {
+    return a.second->source().begin.line < b.second->source().begin.line;
+  });
+  std::string out;
+  for (const auto& [name, table] : sections) summarise(*table, name, out);
+  return out;
+}
+
+}  // namespace seqmix::train
