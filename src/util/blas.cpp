@@ -40,18 +40,6 @@ std::string blas_description() {
   return "OpenBLAS " + core + " (OPENBLAS_CORETYPE=" + forced + ")";
 }
 
-CpuFeatures cpu_features() {
-  CpuFeatures f;
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-#endif
-  return f;
-}
-
 std::string openblas_core_override(const std::string& loaded_core, bool coretype_set,
                                    const CpuFeatures& cpu) {
   // Only the generic fallback is second-guessed: any family OpenBLAS detected, or that the

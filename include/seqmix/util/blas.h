@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "seqmix/util/cpu.h"  // CpuFeatures, cpu_features(): which family can run here
+
 namespace seqmix::util {
 
 /// The OpenBLAS kernel family in use ("Haswell", "SkylakeX", "Cooperlake", ...; from
@@ -25,17 +27,6 @@ std::string openblas_core();
 /// when the environment chose the kernels, "OpenBLAS Cooperlake (chosen by seqmix: ...)" when
 /// `reexec_with_fitting_openblas_core` did, or "not OpenBLAS".
 std::string blas_description();
-
-/// The x86-64 extensions that decide which OpenBLAS kernel family can run here.
-struct CpuFeatures {
-  bool avx2_fma = false;     ///< AVX2 and FMA3: the Haswell kernels
-  bool avx512 = false;       ///< AVX-512 F, BW, DQ and VL, enabled by the OS: SkylakeX
-  bool avx512_bf16 = false;  ///< AVX-512 BF16 on top of that: Cooperlake
-};
-
-/// This CPU's features (GCC's `__builtin_cpu_supports`, which also checks that the OS saves
-/// the AVX-512 state); all false on other architectures.
-CpuFeatures cpu_features();
 
 /// The kernel family to force with OPENBLAS_CORETYPE, or "" to keep what OpenBLAS chose.
 /// Non-empty only when OpenBLAS fell back to its generic "Prescott" kernels (`loaded_core`)

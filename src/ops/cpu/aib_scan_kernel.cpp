@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "seqmix/util/cpu.h"
+
 namespace seqmix::ops::cpu {
 
 #define SEQMIX_DECLARE_ISA(ns)                                                         \
@@ -28,12 +30,6 @@ void aib_count_fallback() { g_fallbacks.fetch_add(1, std::memory_order_relaxed);
 
 bool aib_exact_path_forced() { return g_force_exact.load(std::memory_order_relaxed); }
 
-bool aib_kernel_uses_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-  return yes;
-}
-
 int64_t aib_work_items(int64_t B, int64_t D, bool bidirectional, int64_t lanes) {
   const int64_t halves = bidirectional ? 2 : 1, hd = D / halves;
   const int64_t span = lanes * aib_group_blocks();
@@ -57,7 +53,7 @@ int64_t aib_block_scratch_bytes(int64_t L, int64_t K, int64_t lanes, int64_t ele
 
 template <typename T>
 void aib_scan_forward(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
-  if (aib_kernel_uses_avx512())
+  if (util::cpu_runs_avx512_kernels())
     avx512::forward_items<T>(p, begin, end, scratch);
   else
     base::forward_items<T>(p, begin, end, scratch);
@@ -65,7 +61,7 @@ void aib_scan_forward(const AIBScanParams<T>& p, int64_t begin, int64_t end, voi
 
 template <typename T>
 void aib_scan_backward(const AIBScanParams<T>& p, int64_t begin, int64_t end, void* scratch) {
-  if (aib_kernel_uses_avx512())
+  if (util::cpu_runs_avx512_kernels())
     avx512::backward_items<T>(p, begin, end, scratch);
   else
     base::backward_items<T>(p, begin, end, scratch);

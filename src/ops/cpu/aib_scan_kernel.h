@@ -131,7 +131,4 @@ bool aib_exact_path_forced();
 int64_t aib_fast_path_fallbacks();
 void aib_count_fallback();
 
-/// True if the AVX-512 build of the kernels is in use on this CPU.
-bool aib_kernel_uses_avx512();
-
 }  // namespace seqmix::ops::cpu

@@ -3,13 +3,16 @@
 
 #include <atomic>
 
-#include "aib_scan_kernel.h"  // aib_kernel_uses_avx512: the same CPU check
+#include "seqmix/util/cpu.h"
 
 namespace seqmix::ops::cpu {
 
 namespace {
 std::atomic<bool> g_force_base{false};
-bool use_avx512() { return aib_kernel_uses_avx512() && !g_force_base.load(std::memory_order_relaxed); }
+// Tests force the baseline build to compare it with the AVX-512 one on the same machine.
+bool use_avx512() {
+  return util::cpu_runs_avx512_kernels() && !g_force_base.load(std::memory_order_relaxed);
+}
 }  // namespace
 
 void attention_force_base_isa(bool base) { g_force_base.store(base); }

@@ -1,7 +1,7 @@
 // Run-time dispatch of the CES kernels to the widest instruction set the CPU has.
 #include "ces_scan_kernel.h"
 
-#include "aib_scan_kernel.h"  // aib_kernel_uses_avx512: the same CPU check
+#include "seqmix/util/cpu.h"
 
 namespace seqmix::ops::cpu {
 
@@ -22,7 +22,7 @@ int64_t ces_work_items(int64_t B, int64_t H) {
 
 template <typename T>
 void ces_scan_forward(const CESScanParams<T>& p, int64_t begin, int64_t end) {
-  if (aib_kernel_uses_avx512())
+  if (util::cpu_runs_avx512_kernels())
     avx512::ces_forward_items<T>(p, begin, end);
   else
     base::ces_forward_items<T>(p, begin, end);
@@ -30,7 +30,7 @@ void ces_scan_forward(const CESScanParams<T>& p, int64_t begin, int64_t end) {
 
 template <typename T>
 void ces_scan_backward(const CESScanParams<T>& p, int64_t begin, int64_t end) {
-  if (aib_kernel_uses_avx512())
+  if (util::cpu_runs_avx512_kernels())
     avx512::ces_backward_items<T>(p, begin, end);
   else
     base::ces_backward_items<T>(p, begin, end);
