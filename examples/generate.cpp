@@ -10,7 +10,7 @@
 #include <seqmix/models/sequence_model.h>
 #include <seqmix/train/checkpoint.h>
 #include <seqmix/train/config.h>
-#include <seqmix/train/trainer.h>
+#include <seqmix/util/threads.h>
 
 #include <charconv>
 #include <cstdint>
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
 
     // Open the checkpoint once: its archive and contents are verified here, so a corrupt or
     // foreign file is an error naming it, and the configuration, tokenizer and weights are
-    // then read from that one parse.
+    // then read from that one parse. (seqmix::train::load_run in train/resolve.h does the
+    // next steps in one call; they are spelled out here to show what a checkpoint holds.)
     seqmix::train::CheckpointFile checkpoint(seqmix::train::find_checkpoint(run));
     const seqmix::train::RunConfig& config = checkpoint.config();
     config.check_resources(/*training=*/false);  // refuses a model too large for this machine
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
 
     // One token's work is too small to share between threads: one thread is the fastest
     // (generate/sampler.h has the measurements).
-    seqmix::train::configure_threads(seqmix::generate::generate_threads(0));
+    seqmix::util::configure_threads(seqmix::generate::generate_threads(0));
 
     // Incremental decoding: the prompt is fed once, then each new token costs one step of
     // every layer. The callback receives the text as it grows (whole UTF-8 characters).
