@@ -60,9 +60,10 @@ struct AccuracyResult {
   double seconds = 0;
 };
 
-/// Scores the first `max_examples` examples of `split` (0 = all) in eval mode without
-/// gradients, batch_size at a time (examples grouped by length to pad little; the result
-/// does not depend on the grouping, nor on pad_to_multiple, see collate).
+/// Scores the first `max_examples` examples of `split` (0 = all) with the training objective
+/// (classification_loss in objective.h, summed in double) in eval mode without gradients,
+/// batch_size at a time (examples grouped by length to pad little; the result does not depend
+/// on the grouping, nor on pad_to_multiple, see collate).
 /// @throws std::invalid_argument if batch_size < 1 or the split is empty.
 /// `on_progress(done, total)`, if given, is called after each batch with examples scored.
 AccuracyResult evaluate_classifier(models::SequenceModel& model,

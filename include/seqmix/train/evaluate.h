@@ -25,11 +25,12 @@ struct EvalResult {
 /// each batch of windows, the last call with done == total.
 using EvalProgressFn = std::function<void(int64_t done, int64_t total)>;
 
-/// Scores every token of `tokens` after the first: non-overlapping windows of max_len inputs
-/// (the window's first token is predicted from nothing before it in that window), batched by
-/// `batch_size`, the last window shorter. `max_tokens` > 0 scores only the first max_tokens
-/// tokens (periodic evaluations); 0 scores all. `tokenizer` (the one that produced `tokens`)
-/// gives the byte count behind bpc. `on_progress` (optional) is told after every batch.
+/// Scores every token of `tokens` after the first with the training objective
+/// (language_model_loss in objective.h, summed in double): non-overlapping windows of max_len
+/// inputs (the window's first token is predicted from nothing before it in that window),
+/// batched by `batch_size`, the last window shorter. `max_tokens` > 0 scores only the first
+/// max_tokens tokens (periodic evaluations); 0 scores all. `tokenizer` (the one that produced
+/// `tokens`) gives the byte count behind bpc. `on_progress` (optional) is told after every batch.
 /// @throws std::invalid_argument if batch_size < 1 or the model's vocabulary differs from the
 ///         tokenizer's.
 EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
