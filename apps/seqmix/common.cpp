@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "seqmix/models/catalog.h"
+#include "seqmix/models/presets.h"
 #include "seqmix/train/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/run_folder.h"
@@ -40,12 +42,12 @@ void ConfigFlags::add_to(CLI::App* app) {
   app->add_option("--config", config_path, "TOML config file ([model], [data], [train])")
       ->check(CLI::ExistingFile);
   app->add_option("--model", model,
-                  "model preset: weird-net (= aib-net), weird-net-a, moss, transformer, "
-                  "extractor-transformer, transformer-plain, etsmlp-lm, etsmlp-gate-lm, ... "
-                  "(`seqmix info` lists all)");
+                  "model preset: " + models::preset_names_line() + " (`seqmix info` describes them)");
+  std::string sizes;
+  for (const auto& z : models::size_presets()) sizes += (sizes.empty() ? "" : ", ") + z.name;
   app->add_option("--size", size,
-                  "model size: tiny, mini, base, small, medium, large (language modelling); "
-                  "cpu (default) or paper with --task");
+                  "model size: " + sizes + " (language modelling); cpu (default) or paper with "
+                  "--task");
   app->add_option("--task", task,
                   "classification task instead of language modelling: listops, text, "
                   "retrieval, image, pathfinder, pathx (docs/TASKS.md)");
@@ -63,7 +65,9 @@ void ConfigFlags::add_to(CLI::App* app) {
   app->add_option("--threads", threads, "intra-op threads, 0 = all (train.threads)");
   app->add_option("--max-len", max_len,
                   "context length in tokens, bytes for byte-level models (model.max_len)");
-  app->add_option("--aib-impl", aib_impl, "AIB scan: fused (default) or reference");
+  app->add_option("--aib-impl", aib_impl,
+                  "AIB scan: kernel (default) or reference (model.aib.impl; fused is the old name "
+                  "of kernel)");
   app->add_option("--set", set, "override any key: section.key=value (repeatable)");
 }
 
@@ -97,7 +101,8 @@ std::vector<std::string> ConfigFlags::overrides() const {
   str("data.source", data);
   str("data.task", task);
   str("data.dir", data_dir);
-  str("model.aib_impl", aib_impl);
+  // "fused" was the kernel's name before every op's optimised path was called "kernel".
+  str("model.aib.impl", aib_impl == "fused" ? std::string("kernel") : aib_impl);
   if (!tokenizer.empty()) {
     const auto t = train::tokenizer_overrides(tokenizer);
     o.insert(o.end(), t.begin(), t.end());

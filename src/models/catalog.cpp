@@ -9,13 +9,13 @@ namespace seqmix::models {
 
 namespace {
 
-// A parameter count in at most 7 characters: 0.12M, 17.5M, 205M, 61.0G.
+// A parameter count in at most 7 characters: 0.12M, 17.5M, 205M, 61.0B.
 std::string short_count(double n) {
   const double m = n / 1e6;
   if (m < 10) return fmt::format("{:.2f}M", m);
   if (m < 100) return fmt::format("{:.1f}M", m);
   if (m < 1000) return fmt::format("{:.0f}M", m);
-  return fmt::format("{:.1f}G", m / 1e3);
+  return fmt::format("{:.1f}B", m / 1e3);
 }
 
 // `text` wrapped at `width` columns, continuation lines indented by `indent`.
