@@ -8,7 +8,7 @@
 namespace seqmix::nn {
 
 AIBAttentionImpl::AIBAttentionImpl(AIBAttentionOptions options_)
-    : MixerImpl("AIBAttention"), options(std::move(options_)) {
+    : torch::nn::Module("AIBAttention"), options(std::move(options_)) {
   reset();
 }
 

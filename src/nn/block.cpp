@@ -6,21 +6,40 @@ namespace seqmix::nn {
 
 BlockImpl::BlockImpl(std::shared_ptr<MixerImpl> mixer_, FeedForwardOptions ffn_opts, bool pre_norm_,
                      double dropout_, bool norm, bool with_ffn, const std::string& norm_type)
-    : torch::nn::Module("Block"), pre_norm(pre_norm_), dropout(dropout_) {
+    : torch::nn::Module("Block"),
+      pre_norm(pre_norm_),
+      dropout(dropout_),
+      given_mixer_(std::move(mixer_)),
+      ffn_options_(std::move(ffn_opts)),
+      norm_(norm),
+      with_ffn_(with_ffn),
+      norm_type_(norm_type) {
   if (norm_type != "layer" && norm_type != "batch")
     throw std::invalid_argument("Block: unknown norm type '" + norm_type +
                                 "' (expected layer or batch)");
-  const int64_t D = ffn_opts.d_model();
-  mixer = register_module("mixer", std::move(mixer_));
-  if (with_ffn) ffn = register_module("ffn", FeedForward(ffn_opts));
-  if (!norm) return;
-  if (norm_type == "layer") {
+  reset();
+}
+
+void BlockImpl::reset() {
+  const int64_t D = ffn_options_.d_model();
+  std::shared_ptr<MixerImpl> m = std::move(given_mixer_);
+  if (!m) {
+    m = std::dynamic_pointer_cast<MixerImpl>(mixer->clone());
+    TORCH_CHECK(m, "Block: the mixer's clone() did not return a mixer");
+  }
+  mixer = register_module("mixer", std::move(m));
+  ffn = nullptr;
+  norm_1 = norm_2 = nullptr;
+  bn_1 = bn_2 = nullptr;
+  if (with_ffn_) ffn = register_module("ffn", FeedForward(ffn_options_));
+  if (!norm_) return;
+  if (norm_type_ == "layer") {
     norm_1 = register_module("norm_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
-    if (with_ffn)
+    if (with_ffn_)
       norm_2 = register_module("norm_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({D})));
   } else {
     bn_1 = register_module("bn_1", torch::nn::BatchNorm1d(D));
-    if (with_ffn) bn_2 = register_module("bn_2", torch::nn::BatchNorm1d(D));
+    if (with_ffn_) bn_2 = register_module("bn_2", torch::nn::BatchNorm1d(D));
   }
 }
 

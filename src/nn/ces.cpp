@@ -135,7 +135,8 @@ at::Tensor CESImpl::step(const at::Tensor& x_t, at::Tensor& state) {
   return s.defined() ? y + s : y;
 }
 
-ESMLPImpl::ESMLPImpl(ESMLPOptions options_) : MixerImpl("ESMLP"), options(std::move(options_)) {
+ESMLPImpl::ESMLPImpl(ESMLPOptions options_)
+    : torch::nn::Module("ESMLP"), options(std::move(options_)) {
   reset();
 }
 

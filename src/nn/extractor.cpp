@@ -8,7 +8,7 @@
 namespace seqmix::nn {
 
 ExtractorImpl::ExtractorImpl(ExtractorOptions options_)
-    : MixerImpl("Extractor"), options(std::move(options_)) {
+    : torch::nn::Module("Extractor"), options(std::move(options_)) {
   reset();
 }
 

@@ -6,7 +6,7 @@
 namespace seqmix::nn {
 
 SelfAttentionImpl::SelfAttentionImpl(SelfAttentionOptions options_)
-    : MixerImpl("SelfAttention"), options(std::move(options_)) {
+    : torch::nn::Module("SelfAttention"), options(std::move(options_)) {
   reset();
 }
 

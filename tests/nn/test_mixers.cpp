@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/block.h"
+#include "seqmix/nn/ces.h"
 #include "seqmix/nn/extractor.h"
+#include "seqmix/nn/feed_forward.h"
 #include "seqmix/nn/self_attention.h"
 #include "support/gradcheck.h"
 
@@ -150,6 +153,186 @@ TEST(AIBAttention, InitialisationFollowsThePaper) {
   EXPECT_NEAR(m->w.std().item<double>(), 1.0, 0.03);
   EXPECT_NEAR(m->w_o->weight.std().item<double>(), std::sqrt((1 - 2.0 / D) / (2.0 * N * D)), 0.001);
   EXPECT_EQ(m->w.size(0), 12);
+}
+
+}  // namespace
+
+// ---- clone(): every nn module is a torch::nn::Cloneable ------------------------------------
+
+namespace {
+
+// `copy` holds the same parameters and buffers as `original`, under the same names, each in
+// storage of its own.
+void expect_deep_copy(const torch::nn::Module& original, const torch::nn::Module& copy) {
+  const auto params = original.named_parameters(), copied = copy.named_parameters();
+  ASSERT_EQ(params.size(), copied.size());
+  ASSERT_GT(params.size(), 0u);
+  for (const auto& p : params) {
+    const at::Tensor* q = copied.find(p.key());
+    ASSERT_NE(q, nullptr) << p.key();
+    EXPECT_TRUE(at::equal(p.value(), *q)) << p.key();
+    EXPECT_NE(p.value().data_ptr(), q->data_ptr()) << p.key() << " shares storage";
+    EXPECT_EQ(p.value().requires_grad(), q->requires_grad()) << p.key();
+  }
+  const auto buffers = original.named_buffers(), copied_buffers = copy.named_buffers();
+  ASSERT_EQ(buffers.size(), copied_buffers.size());
+  for (const auto& b : buffers) {
+    const at::Tensor* q = copied_buffers.find(b.key());
+    ASSERT_NE(q, nullptr) << b.key();
+    EXPECT_TRUE(at::equal(b.value(), *q)) << b.key();
+    EXPECT_NE(b.value().data_ptr(), q->data_ptr()) << b.key() << " shares storage";
+  }
+}
+
+// Changing every parameter of `copy` leaves `original` as it was.
+void expect_independent(torch::nn::Module& original, torch::nn::Module& copy) {
+  std::vector<at::Tensor> before;
+  for (const auto& p : original.parameters()) before.push_back(p.detach().clone());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : copy.parameters()) p.add_(1.0);
+  }
+  const auto after = original.parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(after[i], before[i])) << i;
+}
+
+struct CloneCase {
+  std::string name;
+  std::function<std::shared_ptr<nn::MixerImpl>()> make;
+};
+
+class MixerClone : public ::testing::TestWithParam<CloneCase> {};
+
+// Through the interface models hold mixers by: shared_ptr<MixerImpl>.
+TEST_P(MixerClone, CloneComputesTheSameWithParametersOfItsOwn) {
+  torch::manual_seed(21);
+  std::shared_ptr<nn::MixerImpl> m = GetParam().make();
+  m->eval();
+  auto copy = std::dynamic_pointer_cast<nn::MixerImpl>(m->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(typeid(*copy), typeid(*m));
+  EXPECT_EQ(copy->name(), m->name());
+  EXPECT_EQ(copy->causal(), m->causal());
+  EXPECT_FALSE(copy->is_training());
+  expect_deep_copy(*m, *copy);
+  const int64_t B = 2, L = 12;
+  at::Tensor x = at::randn({B, L, 8});
+  at::Tensor mask = at::ones({B, L}, at::kBool);
+  mask.index_put_({1, at::indexing::Slice(9, L)}, false);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(copy->forward(x, {}), m->forward(x, {})));
+  EXPECT_TRUE(at::equal(copy->forward(x, mask), m->forward(x, mask)));
+  if (m->causal()) {  // the copy decodes too, from its own state
+    nn::MixerState a = m->init_state(B), b = copy->init_state(B);
+    for (int64_t t = 0; t < 3; ++t)
+      EXPECT_TRUE(at::equal(copy->step(x.select(1, t), b), m->step(x.select(1, t), a))) << t;
+  }
+  expect_independent(*m, *copy);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Nn, MixerClone,
+    ::testing::Values(
+        CloneCase{"aib_causal",
+                  [] {
+                    return std::make_shared<nn::AIBAttentionImpl>(
+                        nn::AIBAttentionOptions(8, 16).bias_av(true));
+                  }},
+        CloneCase{"aib_bidirectional_ps",
+                  [] {
+                    return std::make_shared<nn::AIBAttentionImpl>(
+                        nn::AIBAttentionOptions(8, 16).causal(false).weights(
+                            ops::AIBWeights::ones));
+                  }},
+        CloneCase{"self_attention",
+                  [] {
+                    return std::make_shared<nn::SelfAttentionImpl>(nn::SelfAttentionOptions(8, 2));
+                  }},
+        CloneCase{"self_attention_bidirectional_no_bias",
+                  [] {
+                    return std::make_shared<nn::SelfAttentionImpl>(
+                        nn::SelfAttentionOptions(8, 4).causal(false).bias(false));
+                  }},
+        CloneCase{"extractor",
+                  [] { return std::make_shared<nn::ExtractorImpl>(nn::ExtractorOptions(8, 16)); }},
+        CloneCase{"extractor_no_adjust_no_opt",
+                  [] {
+                    return std::make_shared<nn::ExtractorImpl>(
+                        nn::ExtractorOptions(8, 16).adjust(false).out_proj(false));
+                  }},
+        CloneCase{"esmlp_causal",
+                  [] { return std::make_shared<nn::ESMLPImpl>(nn::ESMLPOptions(8, 12)); }},
+        CloneCase{"esmlp_gate_bidirectional",
+                  [] {
+                    return std::make_shared<nn::ESMLPImpl>(
+                        nn::ESMLPOptions(8, 12).causal(false).gate(true).ces(
+                            nn::CESOptions(0).shortcut(nn::CESShortcut::none)));
+                  }}),
+    [](const ::testing::TestParamInfo<CloneCase>& info) { return info.param.name; });
+
+TEST(FeedForward, CloneComputesTheSameWithParametersOfItsOwn) {
+  torch::manual_seed(22);
+  nn::FeedForward ffn(nn::FeedForwardOptions(8, 20).activation(nn::Activation::relu));
+  auto copy = std::dynamic_pointer_cast<nn::FeedForwardImpl>(ffn->clone());
+  ASSERT_NE(copy, nullptr);
+  expect_deep_copy(*ffn, *copy);
+  at::Tensor x = at::randn({3, 5, 8});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(copy->forward(x), ffn->forward(x)));
+  expect_independent(*ffn, *copy);
+}
+
+TEST(CES, CloneComputesTheSameWithParametersOfItsOwn) {
+  torch::manual_seed(23);
+  nn::CES ces(nn::CESOptions(6).normalize(true));
+  auto copy = std::dynamic_pointer_cast<nn::CESImpl>(ces->clone());
+  ASSERT_NE(copy, nullptr);
+  expect_deep_copy(*ces, *copy);
+  at::Tensor x = at::randn({2, 9, 6});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(copy->forward(x), ces->forward(x)));
+  expect_independent(*ces, *copy);
+}
+
+// A block's mixer comes from outside; its clone gets a mixer of its own, and the norms'
+// buffers (BatchNorm's running statistics) come along.
+TEST(Block, CloneCopiesTheMixerTheFfnAndTheNorms) {
+  for (const std::string norm_type : {"layer", "batch"}) {
+    torch::manual_seed(24);
+    auto mixer = std::make_shared<nn::AIBAttentionImpl>(nn::AIBAttentionOptions(8, 16));
+    nn::Block block(mixer, nn::FeedForwardOptions(8, 16), /*pre_norm=*/true, /*dropout=*/0.0,
+                    /*norm=*/true, /*with_ffn=*/true, norm_type);
+    at::Tensor x = at::randn({2, 10, 8});
+    {
+      torch::NoGradGuard no_grad;
+      block->forward(x, {});  // training mode: moves BatchNorm's running statistics
+    }
+    block->eval();
+    auto copy = std::dynamic_pointer_cast<nn::BlockImpl>(block->clone());
+    ASSERT_NE(copy, nullptr) << norm_type;
+    EXPECT_NE(copy->mixer.get(), block->mixer.get()) << norm_type;
+    EXPECT_EQ(block->mixer.get(), mixer.get()) << "the original keeps the mixer it was given";
+    ASSERT_NE(std::dynamic_pointer_cast<nn::AIBAttentionImpl>(copy->mixer), nullptr);
+    EXPECT_EQ(copy->named_children().size(), block->named_children().size()) << norm_type;
+    expect_deep_copy(*block, *copy);
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(at::equal(copy->forward(x, {}), block->forward(x, {}))) << norm_type;
+    nn::MixerState a = block->mixer->init_state(2), b = copy->mixer->init_state(2);
+    EXPECT_TRUE(at::equal(copy->step(x.select(1, 0), b), block->step(x.select(1, 0), a)));
+    expect_independent(*block, *copy);
+  }
+  // The ETSMLP block: no FFN, the ESMLP as its mixer.
+  torch::manual_seed(25);
+  nn::Block esmlp_block = nn::make_esmlp_block(nn::ESMLPOptions(8, 12).causal(false), "batch");
+  esmlp_block->eval();
+  auto copy = std::dynamic_pointer_cast<nn::BlockImpl>(esmlp_block->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_FALSE(copy->ffn);
+  expect_deep_copy(*esmlp_block, *copy);
+  at::Tensor x = at::randn({2, 10, 8});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(copy->forward(x, {}), esmlp_block->forward(x, {})));
 }
 
 }  // namespace

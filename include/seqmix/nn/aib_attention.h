@@ -4,6 +4,7 @@
 /// Sec. III.B, Algorithms 1 (decoder) and 2 (encoder).
 ///   A = X W_A (+ b_A),  V = X W_V (+ b_V),  O = aib_scan(A, V, w),  Y = O W_O + b_O
 /// Legend: B batch, L sequence length, D = d_model, K = ceil(log2 max_len).
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -35,10 +36,21 @@ struct AIBAttentionOptions {
 /// W_O ~ N(0, (1 - 2/D) / (2 N D)); biases 0.
 /// Decoding state: tensors {A cache [B, t, D], V cache [B, t, D], a_d [max_len, D]}; each step
 /// costs O(t D) (like a KV cache) and never recomputes the projections of the prefix.
-class AIBAttentionImpl : public MixerImpl {
+///
+/// Example:
+///   namespace sn = seqmix::nn;
+///   sn::AIBAttention aib(sn::AIBAttentionOptions(/*d_model=*/64, /*max_len=*/256)
+///                            .causal(true)
+///                            .weights(seqmix::ops::AIBWeights::prefix_exp));
+///   at::Tensor y = aib(torch::randn({2, 100, 64}), at::Tensor());  // no mask: [2, 100, 64]
+///   seqmix::nn::MixerState s = aib->init_state(2);
+///   at::Tensor y0 = aib->step(torch::randn({2, 64}), s);  // one decoding step, [2, 64]
+class AIBAttentionImpl : public torch::nn::Cloneable<AIBAttentionImpl>, public MixerImpl {
  public:
   explicit AIBAttentionImpl(AIBAttentionOptions options);
-  void reset();
+  /// (Re)creates w_a, w_v, w_o and w from the options and initialises them; clone() relies
+  /// on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
 

@@ -8,6 +8,7 @@
 /// The block around ESMLP (norm -> ESMLP -> dropout -> + x, no separate FFN) is a
 /// nn::Block built without an FFN: make_esmlp_block.
 /// Legend: B batch, L sequence length, D = d_model, H hidden features (channels of the CES).
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -56,10 +57,17 @@ struct CESOptions {
 /// Init (the authors' "normal" version): ring lambda as above, log_alpha = log dt in both
 /// parts, log_beta ~ N(0, 0.2^2), omega ~ N(0, 1).
 /// Decoding state (causal only): s [B, H, 2], the complex smoothing state; a step is O(H).
-class CESImpl : public torch::nn::Module {
+///
+/// Example:
+///   seqmix::nn::CES ces(seqmix::nn::CESOptions(/*channels=*/32).r_min(0.5).normalize(true));
+///   at::Tensor y = ces(torch::randn({2, 100, 32}));  // [2, 100, 32]
+///   at::Tensor s = ces->init_state(2);
+///   at::Tensor y0 = ces->step(torch::randn({2, 32}), s);  // [2, 32], updates s
+class CESImpl : public torch::nn::Cloneable<CESImpl> {
  public:
   explicit CESImpl(CESOptions options);
-  void reset();
+  /// (Re)creates the parameters from the options and initialises them; clone() relies on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
   /// mu, c and the constrained q from the parameters (differentiable).
@@ -100,10 +108,19 @@ struct ESMLPOptions {
 /// (Linear D -> D) if gated; weights Xavier-uniform, biases 0 (the authors' reset).
 /// Masked positions are zeroed after in_proj ("zero pads", as the code's masked_fill).
 /// Decoding state: tensors {CES state [B, H, 2]}.
-class ESMLPImpl : public MixerImpl {
+///
+/// Example:
+///   seqmix::nn::ESMLP esmlp(seqmix::nn::ESMLPOptions(/*d_model=*/64, /*d_hidden=*/128)
+///                               .causal(false)
+///                               .gate(true));  // ESMLP-Gate, bidirectional
+///   at::Tensor y = esmlp(torch::randn({2, 100, 64}), at::Tensor());  // [2, 100, 64]
+///   seqmix::nn::Block block = seqmix::nn::make_esmlp_block(esmlp->options);  // the layer
+class ESMLPImpl : public torch::nn::Cloneable<ESMLPImpl>, public MixerImpl {
  public:
   explicit ESMLPImpl(ESMLPOptions options);
-  void reset();
+  /// (Re)creates in_proj, ces, out_proj and gate_proj (if gated) and initialises them;
+  /// clone() relies on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
   /// x [B, L, D] (the block's normalised input), mask [B, L] bool or undefined -> [B, L, D].

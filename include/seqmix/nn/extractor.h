@@ -6,6 +6,7 @@
 ///   Y   = adj W_opt                        eq. 20, optional linear map
 /// No biases (the paper disables all of them). Causal only.
 /// Legend: B batch, t sequence length (<= max_len = l), D = d_model.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -39,10 +40,18 @@ struct ExtractorOptions {
 /// variance ~1/2 in total (GPT-2's residual scaling).
 /// Decoding state: tensors {x history [B, t, D]}; a step costs O(t D^2), eq. 18 at the newest
 /// position, like the paper's Table 4.
-class ExtractorImpl : public MixerImpl {
+///
+/// Example:
+///   seqmix::nn::Extractor ext(
+///       seqmix::nn::ExtractorOptions(/*d_model=*/64, /*max_len=*/128).out_proj(false));
+///   at::Tensor y = ext(torch::randn({2, 128, 64}), at::Tensor());  // [2, 128, 64]
+///   auto copy = std::dynamic_pointer_cast<seqmix::nn::ExtractorImpl>(ext->clone());
+class ExtractorImpl : public torch::nn::Cloneable<ExtractorImpl>, public MixerImpl {
  public:
   explicit ExtractorImpl(ExtractorOptions options);
-  void reset();
+  /// (Re)creates w_ext, w_adj and w_opt (as the options ask) and initialises them; clone()
+  /// relies on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
   /// x [B, t, D], mask [B, t] bool or undefined -> [B, t, D]. Padded positions are zeroed

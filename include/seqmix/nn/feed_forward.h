@@ -3,6 +3,7 @@
 /// Position-wise feed-forward network FFN(X) = act(X W_1 + b_1) W_2 + b_2
 /// (weird-net eq. 62 with GELU; moss-aib-attention eqs. 53-54 with Leaky-ReLU 0.01).
 /// Shapes: [..., D] -> [..., D], inner width d_ff.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -29,10 +30,17 @@ struct FeedForwardOptions {
 
 /// Init (weird-net Sec. III.G): W_1 ~ N(0, 1/D), W_2 ~ N(0, 1.7047^2 (1 - 2/D) / (2 N d_ff)),
 /// biases 0.
-class FeedForwardImpl : public torch::nn::Module {
+///
+/// Example:
+///   seqmix::nn::FeedForward ffn(seqmix::nn::FeedForwardOptions(/*d_model=*/64, /*d_ff=*/256)
+///                                   .activation(seqmix::nn::Activation::relu)
+///                                   .bias(false));
+///   at::Tensor y = ffn(torch::randn({2, 100, 64}));  // [2, 100, 64]
+class FeedForwardImpl : public torch::nn::Cloneable<FeedForwardImpl> {
  public:
   explicit FeedForwardImpl(FeedForwardOptions options);
-  void reset();
+  /// (Re)creates w_1 and w_2 from the options and initialises them; clone() relies on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
   /// x [..., D] -> [..., D].

@@ -19,8 +19,24 @@ struct MixerState {
 };
 
 /// A sequence mixer: maps [B, L, D] to [B, L, D], position i seeing what its direction allows.
-class MixerImpl : public torch::nn::Module {
+///
+/// torch::nn::Module is a virtual base, as it is of torch::nn::Cloneable: a concrete mixer
+/// derives from both, `class FooImpl : public torch::nn::Cloneable<FooImpl>, public
+/// MixerImpl`, so that `clone()` deep-copies it while models hold it as
+/// std::shared_ptr<MixerImpl>. Being virtual, Module is constructed by the most derived class:
+/// that class names the module (`torch::nn::Module("Foo")` in its constructor's initialiser
+/// list); the name given to MixerImpl's constructor is not used then. Cloneable requires
+/// `reset()` to register every parameter and submodule, so constructors only store the
+/// options and call it.
+///
+/// Example:
+///   std::shared_ptr<seqmix::nn::MixerImpl> mixer =
+///       seqmix::nn::AIBAttention(seqmix::nn::AIBAttentionOptions(64, 256)).ptr();
+///   at::Tensor y = mixer->forward(torch::randn({2, 10, 64}), at::Tensor());  // [2, 10, 64]
+///   auto copy = std::dynamic_pointer_cast<seqmix::nn::MixerImpl>(mixer->clone());
+class MixerImpl : public virtual torch::nn::Module {
  public:
+  MixerImpl() = default;
   explicit MixerImpl(std::string name) : torch::nn::Module(std::move(name)) {}
   ~MixerImpl() override;
   /// @param x    [B, L, D] input.

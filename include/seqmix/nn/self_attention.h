@@ -5,6 +5,7 @@
 ///   Q, K, V = X W_qkv + b;  head_h = softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h
 ///   Y = concat(heads) W_O + b_O
 /// Legend: B batch, L sequence length, D = d_model, H = n_heads, d_head = D / H.
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -38,10 +39,18 @@ struct SelfAttentionOptions {
 /// Parameters: `qkv` (Linear D -> 3D), `out` (Linear D -> D). Init: qkv ~ N(0, 1/D),
 /// out ~ N(0, (1 - 2/D) / (2 N D)), biases 0 (the AIB family's rule, so baselines match).
 /// Decoding state: tensors {K cache [B, H, t, d_head], V cache [B, H, t, d_head]}.
-class SelfAttentionImpl : public MixerImpl {
+///
+/// Example:
+///   seqmix::nn::SelfAttention attn(
+///       seqmix::nn::SelfAttentionOptions(/*d_model=*/64, /*n_heads=*/4).causal(false));
+///   at::Tensor x = torch::randn({2, 100, 64});
+///   at::Tensor mask = torch::ones({2, 100}, torch::kBool);  // true = a real token
+///   at::Tensor y = attn(x, mask);                          // [2, 100, 64]
+class SelfAttentionImpl : public torch::nn::Cloneable<SelfAttentionImpl>, public MixerImpl {
  public:
   explicit SelfAttentionImpl(SelfAttentionOptions options);
-  void reset();
+  /// (Re)creates qkv and out from the options and initialises them; clone() relies on it.
+  void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
 

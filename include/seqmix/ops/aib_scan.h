@@ -98,6 +98,17 @@ at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Te
 /// The op the layers call: the fused kernel (Backend::kernel, the default) or the reference.
 /// `direction`: causal (decoder, Algorithm 1) or bidirectional (encoder, Algorithm 2).
 /// Same contract as aib_scan_reference.
+///
+/// Example:
+///   namespace so = seqmix::ops;
+///   const int64_t B = 2, L = 100, D = 64;
+///   at::Tensor a = torch::randn({B, L, D}, torch::requires_grad());
+///   at::Tensor v = torch::randn({B, L, D});
+///   at::Tensor w = torch::randn({so::aib_num_levels(L), D});
+///   at::Tensor mask = torch::ones({B, L}, torch::kBool);  // true = a real token
+///   at::Tensor o = so::aib_scan(a, v, w, mask, so::Direction::causal,
+///                               so::AIBWeights::prefix_exp);  // [B, L, D]
+///   o.sum().backward();                                       // gradients for a
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                     const at::Tensor& mask, Direction direction, AIBWeights weights,
                     Backend backend = Backend::kernel);

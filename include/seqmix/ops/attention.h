@@ -45,6 +45,14 @@ at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::
 
 /// The op the layers call: the fused kernel (Backend::kernel, the default) or the reference
 /// (without dropout). Same contract as attention_reference.
+///
+/// Example:
+///   namespace so = seqmix::ops;
+///   at::Tensor q = torch::randn({2, 4, 100, 16});  // [B, H, L, d_head]
+///   at::Tensor k = torch::randn({2, 4, 100, 16}), v = torch::randn({2, 4, 100, 16});
+///   at::Tensor o = so::attention(q, k, v, /*key_mask=*/at::Tensor(), so::Direction::causal);
+///   at::Tensor o_ref = so::attention(q, k, v, at::Tensor(), so::Direction::causal,
+///                                    so::Backend::reference);  // equal up to rounding
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& key_mask, Direction direction,
                      Backend backend = Backend::kernel);

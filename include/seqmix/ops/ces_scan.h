@@ -67,6 +67,16 @@ at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, con
 
 /// The op the layers call: the recurrence (Backend::kernel, the default) or the FFT
 /// reference. Same contract as ces_scan_reference.
+///
+/// Example:
+///   namespace so = seqmix::ops;
+///   const int64_t H = 32;  // channels; C = H rows of parameters for the causal form
+///   at::Tensor log_lambda = torch::randn({H, 2}), log_beta = 0.2 * torch::randn({H, 2});
+///   at::Tensor log_alpha = torch::full({H, 2}, std::log(0.01));  // alpha = dt (1 + i)
+///   so::CESCoefficients coef = so::ces_coefficients(log_lambda, log_alpha, log_beta,
+///                                                   /*max_lambda=*/0.9999, /*normalize=*/false);
+///   at::Tensor y = so::ces_scan(torch::randn({2, 100, H}), coef, /*mask=*/at::Tensor(),
+///                               so::Direction::causal);  // [2, 100, H]
 at::Tensor ces_scan(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                     Direction direction, Backend backend = Backend::kernel);
 

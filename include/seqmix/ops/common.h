@@ -8,6 +8,11 @@
 namespace seqmix::ops {
 
 /// Which implementation of an op runs.
+///
+/// Example:
+///   seqmix::ops::Backend b = seqmix::ops::parse_backend("reference");  // from a config value
+///   at::Tensor ext = seqmix::ops::extractor_conv(x, w, b);
+///   std::string key = seqmix::ops::to_string(b);                        // "reference"
 enum class Backend {
   kernel,     ///< the optimised CPU implementation (fused scan, recurrence, flash-style, FFT)
   reference,  ///< the paper's algorithm written literally in ATen ops: the test oracle

@@ -34,6 +34,12 @@ at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w);
 
 /// Dispatches: Backend::kernel (the default) runs extractor_conv_fft, Backend::reference the
 /// literal per-lag extractor_conv_reference.
+///
+/// Example:
+///   at::Tensor x = torch::randn({2, 50, 16});        // [B, t, D]
+///   at::Tensor w = 0.1 * torch::randn({64, 16, 16});  // l = 64 >= t lag matrices
+///   at::Tensor ext = seqmix::ops::extractor_conv(x, w);  // [2, 50, 16]
+///   at::Tensor last = seqmix::ops::extractor_conv_last(x, w);  // ext[:, 49], for decoding
 at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w,
                           Backend backend = Backend::kernel);
 
