@@ -54,10 +54,12 @@ struct ListOpsOptions {
   /// drawing), or kFailedTokensPerTree times the mean tokens drawn per tree so far if that is
   /// more. A draw stops at max_length tokens, but with many arguments and deep trees almost
   /// every draw grows that far: max_depth 1000, max_args 1000 draws 10^6 tokens in a quarter
-  /// of the draws and reaches 10 < tokens < 10^6 about once in 15,000 (4 * 10^9 tokens, a
-  /// minute). Measured longest runs (seed 0): LRA's settings 12,900 tokens over 100,000
-  /// trees; max_depth 25 11 million over 1,000 (1.28 million per tree on average); max_depth
-  /// 30 138 million over 1,000 (14.8 million per tree, which the second bound covers).
+  /// of the draws and reaches 10 < tokens < 10^6 about once in 8,400 (seed 0, 12 trees:
+  /// 2 * 10^9 tokens per tree, longest run 23,000 draws and 5.8 * 10^9 tokens; an earlier
+  /// measurement with the 0.1.0 generator said once in 15,000). Measured longest runs
+  /// (seed 0): LRA's settings 12,900 tokens over 100,000 trees; max_depth 25 11 million over
+  /// 1,000 (1.28 million per tree on average); max_depth 30 138 million over 1,000 (14.8
+  /// million per tree, which the second bound covers).
   static constexpr int64_t kMaxFailedTokens = 100000000;
   static constexpr int64_t kFailedTokensPerTree = 32;
 };
