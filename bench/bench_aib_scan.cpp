@@ -1,5 +1,6 @@
-// Google Benchmark micro-benchmarks for the fused AIB scan: the kernel alone (one thread,
-// preallocated buffers) and the op through autograd (all threads). Shapes: B = 4, D = 512.
+// Google Benchmark micro-benchmarks: the fused AIB scan kernel alone (one thread,
+// preallocated buffers), and every op of the op-case registry through autograd, kernel and
+// reference (all threads). Shapes: B = 4, D = 512.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
@@ -7,6 +8,7 @@
 
 #include "../src/ops/cpu/aib_scan_kernel.h"
 #include "seqmix/ops/aib_scan.h"
+#include "seqmix/ops/op_cases.h"
 
 namespace {
 
@@ -85,16 +87,19 @@ void BM_KernelBackward1T(benchmark::State& state) {
     seqmix::ops::cpu::aib_scan_backward<float>(b.p, 0, b.items, aligned(b.scratch));
 }
 
-void BM_OpForwardBackward(benchmark::State& state) {
+// Every op of the registry (ops/op_cases.h), kernel and reference: the op's benchmarked
+// configuration at [kB, L, kD], forward and backward through autograd (all threads).
+void BM_Op(benchmark::State& state, const seqmix::ops::OpCase& c, seqmix::ops::Backend backend) {
   at::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
-  const int64_t L = state.range(0);
-  at::Tensor a = at::randn({kB, L, kD}).requires_grad_(true);
-  at::Tensor v = at::randn({kB, L, kD}).requires_grad_(true);
-  at::Tensor w = at::randn({seqmix::ops::aib_num_levels(L), kD}).requires_grad_(true);
+  const seqmix::ops::OpCase s = c.at_shape(kB, state.range(0), kD);
+  const seqmix::ops::OpInputs in = s.make_inputs(at::kFloat, 0);
+  std::vector<at::Tensor> x;
+  for (const auto& i : in.inputs) x.push_back(i.value.detach().requires_grad_(i.requires_grad));
+  const seqmix::ops::OpFn& f = s.implementation(backend);
   for (auto _ : state) {
-    at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, {}, seqmix::ops::Direction::causal,
-                                               seqmix::ops::AIBWeights::prefix_exp);
-    o.sum().backward();
+    for (auto& t : x)
+      if (t.grad().defined()) t.mutable_grad().reset();
+    f(x, in.mask).sum().backward();
   }
 }
 
@@ -107,5 +112,20 @@ BENCHMARK(BM_KernelForwardAllThreads)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_KernelBackward1T)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_OpForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_MAIN();
+
+int main(int argc, char** argv) {
+  for (const auto& c : seqmix::ops::op_cases())
+    if (c.benchmarked)
+      for (auto backend : {seqmix::ops::Backend::kernel, seqmix::ops::Backend::reference})
+        benchmark::RegisterBenchmark(
+            ("BM_Op/" + c.op + "_" + seqmix::ops::to_string(backend)).c_str(), BM_Op, c, backend)
+            ->Arg(1024)
+            ->Arg(4096)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -14,6 +14,7 @@
 #include "seqmix/nn/self_attention.h"
 #include "seqmix/ops/aib_scan.h"
 #include "seqmix/ops/ces_scan.h"
+#include "seqmix/ops/op_cases.h"
 #include "seqmix/util/memory.h"
 
 namespace seqmix::bench {
@@ -81,25 +82,67 @@ Timing measure(const std::function<at::Tensor(bool)>& fwd, int64_t reps) {
   return t;
 }
 
+// What the attention candidates that form [B, H, L, L] scores add to estimate_bytes.
+int64_t score_bytes(int64_t B, int64_t L, int64_t H) { return 3 * B * H * L * L * 4; }
+
+// The head width of the attention op rows (the registry's benchmarked case).
+constexpr int64_t kBenchHeadWidth = 64;
+
 // Rough tensor bytes a case needs, to skip what cannot fit instead of crashing.
 int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, int64_t H) {
   const int64_t bld = B * L * D * 4;
   const int64_t K = ops::aib_num_levels(L);
-  if (op == "aib_fused") return 8 * bld;
+  if (op == "aib_scan_kernel") return 8 * bld;
   if (op == "aib_layer") return 14 * bld;
-  if (op == "extractor_fast") return 16 * bld + 8 * L * D * D * 4;
-  if (op == "extractor_reference") return 4 * L * bld + 4 * L * D * D * 4;
+  if (op == "extractor_fast" || op == "extractor_conv_kernel") return 16 * bld + 8 * L * D * D * 4;
+  if (op == "extractor_reference" || op == "extractor_conv_reference")
+    return 4 * L * bld + 4 * L * D * D * 4;
   // Calibrated on measured peaks (docs/RESULTS.md): the reference keeps about two [B, L, D]
   // tensors per level; attention about three [B, H, L, L] score-sized tensors at once.
-  if (op == "aib_reference") return (2 * K + 8) * bld;
-  if (op == "ces_kernel") return 6 * bld;
-  if (op == "ces_fft_reference") return 24 * bld;
-  // Attention: the fused kernel keeps O(B L D); the score-sized candidates add their own.
+  if (op == "aib_scan_reference") return (2 * K + 8) * bld;
+  if (op == "ces_scan_kernel") return 6 * bld;
+  if (op == "ces_scan_reference") return 24 * bld;
+  if (op == "attention_kernel") return 10 * bld;
+  if (op == "attention_reference")
+    return 10 * bld + score_bytes(B, L, std::max<int64_t>(1, D / kBenchHeadWidth));
+  // The attention layer: the fused kernel keeps O(B L D); the score-sized candidates add
+  // their own.
   return 16 * bld;
 }
 
-// What the attention candidates that form [B, H, L, L] scores add to estimate_bytes.
-int64_t score_bytes(int64_t B, int64_t L, int64_t H) { return 3 * B * H * L * L * 4; }
+const std::vector<std::string>& layer_rows() {
+  static const std::vector<std::string> names = {"aib_layer", "attention_layer", "extractor_fast",
+                                                 "extractor_reference"};
+  return names;
+}
+
+// The op rows: "<op>_<backend>" for every op of the registry, with its benchmarked case.
+struct OpRow {
+  std::string name;
+  const ops::OpCase* c;
+  ops::Backend backend;
+};
+
+const std::vector<OpRow>& op_rows() {
+  static const std::vector<OpRow> rows = [] {
+    std::vector<OpRow> r;
+    for (const auto& c : ops::op_cases())
+      if (c.benchmarked)
+        for (auto b : {ops::Backend::kernel, ops::Backend::reference})
+          r.push_back({c.op + "_" + ops::to_string(b), &c, b});
+    return r;
+  }();
+  return rows;
+}
+
+// Names seqmix 0.1 gave the op rows.
+std::string canonical_name(const std::string& name) {
+  if (name == "aib_fused") return "aib_scan_kernel";
+  if (name == "aib_reference") return "aib_scan_reference";
+  if (name == "ces_kernel") return "ces_scan_kernel";
+  if (name == "ces_fft_reference") return "ces_scan_reference";
+  return name;
+}
 
 void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
   for (auto& p : m.parameters())
@@ -115,6 +158,22 @@ Timing measure_mixer(nn::MixerImpl& layer, int64_t B, int64_t L, int64_t D, int6
       [&](bool) {
         zero_grads(layer, xs);
         return layer.forward(xs[0], {});
+      },
+      reps);
+}
+
+// Times one op row: the case at [B, L, D], its float32 inputs, every gradient.
+Timing measure_op(const OpRow& row, int64_t B, int64_t L, int64_t D, int64_t reps) {
+  const ops::OpCase c = row.c->at_shape(B, L, D);
+  const ops::OpInputs in = c.make_inputs(at::kFloat, 0);
+  std::vector<at::Tensor> xs;
+  for (const auto& i : in.inputs) xs.push_back(i.value.detach().requires_grad_(i.requires_grad));
+  const ops::OpFn& f = c.implementation(row.backend);
+  torch::nn::Module none;
+  return measure(
+      [&](bool) {
+        zero_grads(none, xs);
+        return f(xs, in.mask);
       },
       reps);
 }
@@ -141,15 +200,13 @@ double stream_triad_gbps(int64_t n, int reps) {
 
 void run_ops_bench(const OpsBenchOptions& o,
                    const std::function<void(const nlohmann::json&)>& emit) {
-  const std::vector<std::string> known = {
-      "aib_fused",      "aib_reference",       "aib_layer",  "attention_layer",
-      "extractor_fast", "extractor_reference", "ces_kernel", "ces_fft_reference"};
+  const std::vector<std::string> known = ops_bench_names();
   for (const auto& op : o.ops)
-    if (std::find(known.begin(), known.end(), op) == known.end())
-      throw std::invalid_argument("bench: unknown op '" + op +
-                                  "' (expected aib_fused, aib_reference, aib_layer, "
-                                  "attention_layer, extractor_fast, extractor_reference, "
-                                  "ces_kernel, ces_fft_reference)");
+    if (std::find(known.begin(), known.end(), canonical_name(op)) == known.end()) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("bench: unknown op '" + op + "' (expected " + list + ")");
+    }
   if (o.batch < 1 || o.d_model < 2 || o.n_heads < 1 || o.reps < 1 || o.d_model % o.n_heads)
     throw std::invalid_argument("bench: B, D, heads and reps must be positive, heads dividing D");
   for (int64_t L : o.lengths)
@@ -162,7 +219,8 @@ void run_ops_bench(const OpsBenchOptions& o,
   const int64_t B = o.batch, D = o.d_model, H = o.n_heads;
   const int64_t max_L = *std::max_element(o.lengths.begin(), o.lengths.end());
   for (int64_t L : o.lengths) {
-    for (const auto& op : o.ops) {
+    for (const auto& given : o.ops) {
+      const std::string op = canonical_name(given);
       // Each case starts on an emptied heap and pool: the free blocks of the triad or of the
       // case before, with other shapes, would only fragment the heap, and they hide memory
       // from MemAvailable, which the skip test reads.
@@ -177,41 +235,18 @@ void run_ops_bench(const OpsBenchOptions& o,
         continue;
       }
       Timing t;
-      if (op == "aib_fused" || op == "aib_reference") {
-        std::vector<at::Tensor> xs = {
-            at::randn({B, L, D}).requires_grad_(true), at::randn({B, L, D}).requires_grad_(true),
-            at::randn({ops::aib_num_levels(max_L), D}).requires_grad_(true)};
-        const bool fused = op == "aib_fused";
-        torch::nn::Module none;
-        t = measure(
-            [&](bool) {
-              zero_grads(none, xs);
-              return fused ? ops::aib_scan_fused(xs[0], xs[1], xs[2], {}, ops::Direction::causal,
-                                                 ops::AIBWeights::prefix_exp)
-                           : ops::aib_scan_reference(xs[0], xs[1], xs[2], {},
-                                                     ops::Direction::causal,
-                                                     ops::AIBWeights::prefix_exp);
-            },
-            o.reps);
-        if (fused) row["fwd_gbps"] = 3.0 * 4.0 * static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
-      } else if (op == "ces_kernel" || op == "ces_fft_reference") {
-        // Raw parameters as nn::CES initialises them would do as well; any |mu| < 1 costs the
-        // same.
-        std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true),
-                                      (at::randn({D, 2}) * 0.5 - 1).requires_grad_(true),
-                                      (at::randn({D, 2}) * 0.5 - 3).requires_grad_(true),
-                                      (at::randn({D, 2}) * 0.2).requires_grad_(true)};
-        const bool kernel = op == "ces_kernel";
-        torch::nn::Module none;
-        t = measure(
-            [&](bool) {
-              zero_grads(none, xs);
-              const ops::CESCoefficients coef =
-                  ops::ces_coefficients(xs[1], xs[2], xs[3], 0.9999, false);
-              return kernel ? ops::ces_scan_kernel(xs[0], coef, {}, ops::Direction::causal)
-                            : ops::ces_scan_reference(xs[0], coef, {}, ops::Direction::causal);
-            },
-            o.reps);
+      const auto row_of = std::find_if(op_rows().begin(), op_rows().end(),
+                                       [&](const OpRow& r) { return r.name == op; });
+      if (row_of != op_rows().end()) {
+        try {
+          t = measure_op(*row_of, B, L, D, o.reps);
+        } catch (const std::invalid_argument& e) {  // a shape the configuration cannot take
+          row["skipped"] = e.what();
+          emit(row);
+          continue;
+        }
+        if (op == "aib_scan_kernel")
+          row["fwd_gbps"] = 3.0 * 4.0 * static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
       } else if (op == "extractor_fast" || op == "extractor_reference") {
         // The whole layer (eqs. 18-20), with l = the longest L of the run.
         nn::Extractor layer(nn::ExtractorOptions(D, max_L).backend(
@@ -225,20 +260,22 @@ void run_ops_bench(const OpsBenchOptions& o,
         // LibTorch offers here (matmul + softmax, i.e. our reference; SDPA).
         Timing best;
         std::string which;
-        for (const std::string name : {"fused_kernel", "matmul_softmax", "scaled_dot_product_attention"}) {
+        for (const std::string name :
+             {"fused_kernel", "matmul_softmax", "scaled_dot_product_attention"}) {
           if (!which.empty()) util::release_free_heap();  // each candidate starts clean
           if (name != "fused_kernel" &&
               need + score_bytes(B, L, H) > mem_available_bytes() * 8 / 10) {
             row["candidates"][name] = {{"skipped", "its [B, H, L, L] scores do not fit"}};
             continue;
           }
-          const ops::Backend backend = name == "fused_kernel" ? ops::Backend::kernel
-                                                              : ops::Backend::reference;
+          const ops::Backend backend =
+              name == "fused_kernel" ? ops::Backend::kernel : ops::Backend::reference;
           nn::SelfAttention layer(nn::SelfAttentionOptions(D, H)
                                       .use_sdpa(name == "scaled_dot_product_attention")
                                       .backend(backend));
           const Timing ti = measure_mixer(*layer, B, L, D, o.reps);
-          row["candidates"][name] = {{"fwd_ms", ti.fwd_ms}, {"fwd_bwd_ms", ti.fwd_bwd_ms},
+          row["candidates"][name] = {{"fwd_ms", ti.fwd_ms},
+                                     {"fwd_bwd_ms", ti.fwd_bwd_ms},
                                      {"peak_mib", static_cast<double>(ti.peak_bytes) / (1 << 20)}};
           if (which.empty() || ti.fwd_bwd_ms < best.fwd_bwd_ms) {
             best = ti;
@@ -256,6 +293,13 @@ void run_ops_bench(const OpsBenchOptions& o,
   }
 }
 
+std::vector<std::string> ops_bench_names() {
+  std::vector<std::string> names;
+  for (const auto& r : op_rows()) names.push_back(r.name);
+  names.insert(names.end(), layer_rows().begin(), layer_rows().end());
+  return names;
+}
+
 std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
   std::string out;
   double triad = 0;
@@ -271,16 +315,16 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     by[{r["op"].get<std::string>(), L}] = r;
   }
   out += fmt::format("STREAM triad: {:.1f} GB/s\n\n", triad);
-  out += fmt::format("{:<20} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms", "fwd+bwd ms",
+  out += fmt::format("{:<26} {:>6} {:>11} {:>13} {:>10} {:>9}\n", "op", "L", "fwd ms", "fwd+bwd ms",
                      "peak MiB", "fwd GB/s");
   for (const auto& r : rows) {
     if (r["op"] == "stream_triad") continue;
     if (r.contains("skipped")) {
-      out += fmt::format("{:<20} {:>6}   skipped: {}\n", r["op"].get<std::string>(),
+      out += fmt::format("{:<26} {:>6}   skipped: {}\n", r["op"].get<std::string>(),
                          r["L"].get<int64_t>(), r["skipped"].get<std::string>());
       continue;
     }
-    out += fmt::format("{:<20} {:>6} {:>11.2f} {:>13.2f} {:>10.1f} {:>9}\n",
+    out += fmt::format("{:<26} {:>6} {:>11.2f} {:>13.2f} {:>10.1f} {:>9}\n",
                        r["op"].get<std::string>(), r["L"].get<int64_t>(), r["fwd_ms"].get<double>(),
                        r["fwd_bwd_ms"].get<double>(), r["peak_mib"].get<double>(),
                        r.contains("fwd_gbps") ? fmt::format("{:.1f}", r["fwd_gbps"].get<double>())
@@ -293,22 +337,29 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
   out += "\nratios (same run)\n";
   for (int64_t L : lengths) {
     std::string line = fmt::format("L={:<6}", L);
-    const auto *f = get("aib_fused", L), *r = get("aib_reference", L);
+    const auto *f = get("aib_scan_kernel", L), *r = get("aib_scan_reference", L);
     const auto *al = get("aib_layer", L), *at = get("attention_layer", L);
     if (f && r)
-      line += fmt::format("  reference/fused fwd+bwd {:.1f}x",
+      line += fmt::format("  aib reference/kernel fwd+bwd {:.1f}x",
                           r->at("fwd_bwd_ms").get<double>() / f->at("fwd_bwd_ms").get<double>());
     if (f && triad > 0)
-      line += fmt::format("  fused fwd {:.0f}% of triad",
+      line += fmt::format("  aib kernel fwd {:.0f}% of triad",
                           100 * f->at("fwd_gbps").get<double>() / triad);
     if (al && at)
       line += fmt::format("  attention/aib_layer fwd+bwd {:.1f}x, memory {:.2f}x",
                           at->at("fwd_bwd_ms").get<double>() / al->at("fwd_bwd_ms").get<double>(),
                           al->at("peak_mib").get<double>() / at->at("peak_mib").get<double>());
-    const auto *ck = get("ces_kernel", L), *cr = get("ces_fft_reference", L);
+    const auto *ck = get("ces_scan_kernel", L), *cr = get("ces_scan_reference", L);
     if (ck && cr)
       line += fmt::format("  ces reference/kernel fwd+bwd {:.1f}x",
                           cr->at("fwd_bwd_ms").get<double>() / ck->at("fwd_bwd_ms").get<double>());
+    for (const char* op : {"attention", "extractor_conv"}) {
+      const auto *k = get(std::string(op) + "_kernel", L),
+                 *r = get(std::string(op) + "_reference", L);
+      if (k && r)
+        line += fmt::format("  {} reference/kernel fwd+bwd {:.1f}x", op,
+                            r->at("fwd_bwd_ms").get<double>() / k->at("fwd_bwd_ms").get<double>());
+    }
     const auto *ef = get("extractor_fast", L), *er = get("extractor_reference", L);
     if (ef && er)
       line += fmt::format("  extractor reference/fast fwd+bwd {:.1f}x",
@@ -321,7 +372,7 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
   if (lengths.size() >= 2) {
     const int64_t lo = *std::min_element(lengths.begin(), lengths.end());
     const int64_t hi = *std::max_element(lengths.begin(), lengths.end());
-    for (const char* op : {"aib_fused", "ces_kernel"}) {
+    for (const char* op : {"aib_scan_kernel", "ces_scan_kernel", "attention_kernel"}) {
       const auto *a = get(op, lo), *b = get(op, hi);
       if (a && b)
         out += fmt::format(

@@ -9,8 +9,7 @@ Backend parse_backend(const std::string& name) {
   if (name == "reference") return Backend::reference;
   // Spellings of seqmix <= 0.1 (aib_impl = "fused", extractor_impl = "fft").
   if (name == "fused" || name == "fft") return Backend::kernel;
-  throw std::invalid_argument("unknown op backend '" + name +
-                              "' (expected kernel or reference)");
+  throw std::invalid_argument("unknown op backend '" + name + "' (expected kernel or reference)");
 }
 
 std::string to_string(Backend backend) {

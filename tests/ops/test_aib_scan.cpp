@@ -1,251 +1,72 @@
-// Op-test registry for AIB attention (DESIGN.md, "Ops"): every case, named after a real
-// configuration, checks the op's forward and gradients against independent oracles.
+// AIB attention's scan (include/seqmix/ops/aib_scan.h). Every registered AIB op case
+// (include/seqmix/ops/op_cases.h) goes through the shared checker on both paths of the fused
+// kernel; the reference is also held against the closed form; then stability, the papers'
+// identities and argument errors.
 #include <gtest/gtest.h>
 
 #include "../src/ops/cpu/aib_scan_kernel.h"
 #include "seqmix/ops/aib_scan.h"
 #include "support/gradcheck.h"
+#include "support/op_check.h"
 
-using seqmix::ops::Direction;
 using seqmix::ops::AIBWeights;
+using seqmix::ops::Direction;
+using seqmix::ops::OpCase;
 
 namespace {
 
-struct AIBCase {
-  std::string name;
-  int64_t B, L, D;
-  Direction direction;
-  AIBWeights weights;
-  bool masked;
-  int64_t fd_entries;  // finite-difference probes per input
-};
+class AIBScanCase : public ::testing::TestWithParam<OpCase> {};
 
-std::vector<AIBCase> registry() {
-  std::vector<AIBCase> cases;
-  for (auto dir : {Direction::causal, Direction::bidirectional}) {
-    for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones}) {
-      for (int64_t L : {1, 7, 64, 1000}) {
-        for (bool masked : {false, true}) {
-          const std::string name =
-              std::string(dir == Direction::causal ? "decoder" : "encoder") + "_" +
-              seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "");
-          cases.push_back({name, 2, L, 4, dir, w, masked, L >= 1000 ? 24 : 48});
-        }
-      }
-    }
-  }
-  return cases;
+// Both paths of the fused kernel: the plain-float fast path, which the registry's well-scaled
+// inputs must never leave, and the shared-exponent path it falls back to (forced).
+TEST_P(AIBScanCase, KernelMatchesReference) {
+  int64_t fallbacks = 0;
+  const seqmix::testing::KernelVariant fast{
+      "fast path", [&](bool on) {
+        if (on)
+          fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
+        else
+          EXPECT_EQ(seqmix::ops::cpu::aib_fast_path_fallbacks(), fallbacks)
+              << "fast path fell back";
+      }};
+  const seqmix::testing::KernelVariant exact{
+      "exponent path", [](bool on) { seqmix::ops::cpu::aib_force_exact_path(on); }};
+  seqmix::testing::check_op_case(GetParam(), {}, {fast, exact});
 }
 
-struct Inputs {
-  at::Tensor a, v, w, mask;
-};
+INSTANTIATE_TEST_SUITE_P(Registry, AIBScanCase,
+                         ::testing::ValuesIn(seqmix::ops::op_cases("aib_scan")),
+                         seqmix::testing::op_case_test_name);
 
-Inputs make_inputs(const AIBCase& c, at::ScalarType dtype, uint64_t seed) {
-  torch::manual_seed(seed);
-  Inputs in;
-  const auto opt = at::TensorOptions().dtype(dtype);
-  in.a = at::randn({c.B, c.L, c.D}, opt) * 2;
-  in.v = at::randn({c.B, c.L, c.D}, opt);
-  // Small level parameters keep the per-distance weights in a range where float64 finite
-  // differences are accurate even at L = 1000.
-  in.w = at::randn({seqmix::ops::aib_num_levels(c.L), c.D}, opt) * 0.3;
-  if (c.masked) {
-    // Row 0 keeps a valid prefix of ~2/3 of L; row 1 has a hole in the middle and, for L > 1,
-    // starts with padding.
-    in.mask = at::ones({c.B, c.L}, at::kBool);
-    in.mask[0].narrow(0, (2 * c.L) / 3 + (c.L == 1), c.L - (2 * c.L) / 3 - (c.L == 1)).fill_(false);
-    if (c.L > 1) {
-      in.mask[1][0] = false;
-      in.mask[1].narrow(0, c.L / 3, std::max<int64_t>(1, c.L / 4)).fill_(false);
-    }
-  }
-  return in;
+// The cases the closed form below can afford (O(L^2 D)).
+std::vector<OpCase> closed_form_cases() {
+  std::vector<OpCase> out;
+  for (const auto& c : seqmix::ops::op_cases("aib_scan"))
+    if (c.L <= 1000) out.push_back(c);
+  return out;
 }
 
-class AIBScanCase : public ::testing::TestWithParam<AIBCase> {};
+class AIBReferenceCase : public ::testing::TestWithParam<OpCase> {};
 
-TEST_P(AIBScanCase, ReferenceMatchesClosedForm) {
-  const AIBCase& c = GetParam();
-  Inputs in = make_inputs(c, at::kDouble, 1);
-  at::Tensor ref =
-      seqmix::ops::aib_scan_reference(in.a, in.v, in.w, in.mask, c.direction, c.weights);
-  at::Tensor cf =
-      seqmix::ops::aib_scan_closed_form(in.a, in.v, in.w, in.mask, c.direction, c.weights);
-  ASSERT_EQ(ref.sizes(), in.a.sizes());
+// A second, independent oracle for the reference: the closed form
+// H_i = sum_d a_d E_{i-d} V_{i-d} evaluated directly.
+TEST_P(AIBReferenceCase, MatchesClosedForm) {
+  const OpCase& c = GetParam();
+  const seqmix::ops::OpInputs in = c.make_inputs(at::kDouble, 1);
+  const std::vector<at::Tensor> x = in.values();
+  const at::Tensor ref = c.reference(x, in.mask);
+  const at::Tensor cf = seqmix::ops::aib_scan_closed_form(
+      x[0], x[1], x[2], in.mask, c.direction, seqmix::ops::parse_aib_weights(c.variant));
+  ASSERT_EQ(ref.sizes(), x[0].sizes());
   EXPECT_TRUE(at::isfinite(ref).all().item<bool>());
   EXPECT_TRUE(at::allclose(ref, cf, 1e-10, 1e-10)) << (ref - cf).abs().max().item<double>();
-  if (c.masked) {
-    // Padded positions output exactly zero.
-    at::Tensor pad = in.mask.logical_not().unsqueeze(-1).expand_as(ref);
-    EXPECT_EQ(ref.masked_select(pad).abs().sum().item<double>(), 0.0);
-  }
+  // The float32 reference stays close to the float64 one.
+  const at::Tensor ref32 = c.reference(in.to(at::kFloat).values(), in.mask);
+  EXPECT_LT(seqmix::testing::max_abs_err(ref32, ref), 1e-4);
 }
 
-TEST_P(AIBScanCase, ReferenceGradientsMatchFiniteDifferences) {
-  const AIBCase& c = GetParam();
-  Inputs in = make_inputs(c, at::kDouble, 2);
-  in.a.requires_grad_(true);
-  in.v.requires_grad_(true);
-  if (c.weights != AIBWeights::ones) in.w.requires_grad_(true);
-  auto f = [&](const std::vector<at::Tensor>& x) {
-    return seqmix::ops::aib_scan_reference(x[0], x[1], x[2], in.mask, c.direction, c.weights);
-  };
-  seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.fd_entries);
-}
-
-TEST_P(AIBScanCase, Float32ReferenceIsCloseToFloat64) {
-  const AIBCase& c = GetParam();
-  Inputs d = make_inputs(c, at::kDouble, 3);
-  at::Tensor out64 = seqmix::ops::aib_scan_reference(d.a, d.v, d.w, d.mask, c.direction, c.weights);
-  at::Tensor out32 = seqmix::ops::aib_scan_reference(
-      d.a.to(at::kFloat), d.v.to(at::kFloat), d.w.to(at::kFloat), d.mask, c.direction, c.weights);
-  EXPECT_LT((out32.to(at::kDouble) - out64).abs().max().item<double>(), 1e-4);
-}
-
-INSTANTIATE_TEST_SUITE_P(Registry, AIBScanCase, ::testing::ValuesIn(registry()),
-                         [](const ::testing::TestParamInfo<AIBCase>& i) { return i.param.name; });
-
-// ---- Fused kernel registry: every case checks forward and every gradient against the
-// reference; float64 cases also against finite differences; float32 cases by the
-// flash-attention rule (at most 2x the float32 reference's distance from float64).
-
-struct FusedCase {
-  std::string name;
-  int64_t B, L, D;
-  Direction direction;
-  AIBWeights weights;
-  bool masked;
-  at::ScalarType dtype;
-};
-
-std::vector<FusedCase> fused_registry() {
-  std::vector<FusedCase> cases;
-  for (auto dir : {Direction::causal, Direction::bidirectional})
-    for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones})
-      for (bool masked : {false, true})
-        for (auto dtype : {at::kFloat, at::kDouble})
-          for (int64_t L : {1, 2, 3, 17, 1000, 4096}) {
-            // D = 20: one full 16-lane float block plus a partial one (and, bidirectional,
-            // blocks that end at the D/2 boundary).
-            const std::string name =
-                std::string(dir == Direction::causal ? "decoder" : "encoder") + "_" +
-                seqmix::ops::to_string(w) + "_L" + std::to_string(L) + (masked ? "_masked" : "") +
-                (dtype == at::kFloat ? "_f32" : "_f64");
-            cases.push_back({name, 2, L, 20, dir, w, masked, dtype});
-          }
-  cases.push_back({"decoder_prefix_exp_L16384_masked_f32", 2, 16384, 20, Direction::causal,
-                   AIBWeights::prefix_exp, true, at::kFloat});
-  // An odd number of channel blocks per sequence (or per half), so work items of two blocks
-  // and of one block run side by side.
-  cases.push_back({"decoder_prefix_exp_L300_D48_f32", 2, 300, 48, Direction::causal,
-                   AIBWeights::prefix_exp, false, at::kFloat});
-  cases.push_back({"encoder_exp_L300_D96_masked_f32", 2, 300, 96, Direction::bidirectional,
-                   AIBWeights::exp, true, at::kFloat});
-  cases.push_back({"encoder_exp_L300_D40_masked_f64", 2, 300, 40, Direction::bidirectional,
-                   AIBWeights::exp, true, at::kDouble});
-  return cases;
-}
-
-std::vector<FusedCase> fused_registry_f64() {
-  std::vector<FusedCase> cases;
-  for (const auto& c : fused_registry())
-    if (c.dtype == at::kDouble) cases.push_back(c);
-  return cases;
-}
-
-class AIBFusedCase : public ::testing::TestWithParam<FusedCase> {};
-class AIBFusedCaseF64 : public ::testing::TestWithParam<FusedCase> {};
-
-struct Grads {
-  at::Tensor o, da, dv, dw;
-};
-
-Grads run(const FusedCase& c, const Inputs& in, bool fused, const at::Tensor& go) {
-  at::Tensor a = in.a.detach().requires_grad_(true), v = in.v.detach().requires_grad_(true);
-  at::Tensor w = in.w.detach().requires_grad_(c.weights != AIBWeights::ones);
-  at::Tensor o = fused ? seqmix::ops::aib_scan_fused(a, v, w, in.mask, c.direction, c.weights)
-                       : seqmix::ops::aib_scan_reference(a, v, w, in.mask, c.direction, c.weights);
-  (o * go).sum().backward();
-  // L = 1 uses no level, so the reference leaves w without a gradient.
-  return {o.detach(), a.grad(), v.grad(), w.grad().defined() ? w.grad() : at::zeros_like(w)};
-}
-
-double max_err(const at::Tensor& x, const at::Tensor& ref) {
-  return (x.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
-}
-
-void check_against_reference(const FusedCase& c) {
-  AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
-  const Inputs in64 = make_inputs(shape, at::kDouble, 7);
-  const at::Tensor go64 = at::randn({c.B, c.L, c.D}, at::kDouble);
-  const Grads ref64 = run(c, in64, false, go64);
-  if (c.dtype == at::kDouble) {
-    const Grads f = run(c, in64, true, go64);
-    const double tol = 1e-10 * std::max(1.0, std::sqrt(static_cast<double>(c.L)));
-    EXPECT_LT(max_err(f.o, ref64.o), tol);
-    EXPECT_LT(max_err(f.da, ref64.da), tol * 10);
-    EXPECT_LT(max_err(f.dv, ref64.dv), tol * 10);
-    EXPECT_LT(max_err(f.dw, ref64.dw),
-              tol * 100 * std::max(1.0, ref64.dw.abs().max().item<double>()));
-    return;
-  }
-  Inputs in32{in64.a.to(at::kFloat), in64.v.to(at::kFloat), in64.w.to(at::kFloat), in64.mask};
-  const at::Tensor go32 = go64.to(at::kFloat);
-  const Grads f = run(c, in32, true, go32), r = run(c, in32, false, go32);
-  // flash-attention's rule, with a floor for outputs the float32 reference gets exactly right.
-  auto check = [&](const at::Tensor& fx, const at::Tensor& rx, const at::Tensor& x64,
-                   const char* what) {
-    const double scale = std::max(1.0, x64.abs().max().item<double>());
-    EXPECT_LE(max_err(fx, x64), 2 * max_err(rx, x64) + 2e-6 * scale) << what;
-  };
-  check(f.o, r.o, ref64.o, "O");
-  check(f.da, r.da, ref64.da, "dA");
-  check(f.dv, r.dv, ref64.dv, "dV");
-  check(f.dw, r.dw, ref64.dw, "dw");
-}
-
-// Both paths of the kernel: the plain-float fast path (taken for these well-scaled inputs)
-// and the shared-exponent path it falls back to.
-struct ExactPathGuard {
-  explicit ExactPathGuard(bool on) { seqmix::ops::cpu::aib_force_exact_path(on); }
-  ~ExactPathGuard() { seqmix::ops::cpu::aib_force_exact_path(false); }
-};
-
-TEST_P(AIBFusedCase, MatchesReferenceForwardAndBackward) {
-  for (bool exact : {false, true}) {
-    SCOPED_TRACE(exact ? "exponent path" : "fast path");
-    ExactPathGuard guard(exact);
-    const int64_t fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
-    check_against_reference(GetParam());
-    // These inputs are well scaled: the fast path must have produced the results itself.
-    EXPECT_EQ(seqmix::ops::cpu::aib_fast_path_fallbacks(), fallbacks);
-  }
-}
-
-TEST_P(AIBFusedCaseF64, GradientsMatchFiniteDifferences) {
-  const FusedCase& c = GetParam();
-  AIBCase shape{c.name, c.B, c.L, c.D, c.direction, c.weights, c.masked, 0};
-  Inputs in = make_inputs(shape, at::kDouble, 8);
-  in.a.requires_grad_(true);
-  in.v.requires_grad_(true);
-  if (c.weights != AIBWeights::ones) in.w.requires_grad_(true);
-  auto f = [&](const std::vector<at::Tensor>& x) {
-    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], in.mask, c.direction, c.weights);
-  };
-  for (bool exact : {false, true}) {
-    SCOPED_TRACE(exact ? "exponent path" : "fast path");
-    ExactPathGuard guard(exact);
-    const int64_t fallbacks = seqmix::ops::cpu::aib_fast_path_fallbacks();
-    seqmix::testing::expect_gradients_match_fd(f, {in.a, in.v, in.w}, c.L >= 1000 ? 16 : 32);
-    EXPECT_EQ(seqmix::ops::cpu::aib_fast_path_fallbacks(), fallbacks);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Registry, AIBFusedCase, ::testing::ValuesIn(fused_registry()),
-                         [](const ::testing::TestParamInfo<FusedCase>& i) { return i.param.name; });
-INSTANTIATE_TEST_SUITE_P(Registry, AIBFusedCaseF64, ::testing::ValuesIn(fused_registry_f64()),
-                         [](const ::testing::TestParamInfo<FusedCase>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Registry, AIBReferenceCase, ::testing::ValuesIn(closed_form_cases()),
+                         seqmix::testing::op_case_test_name);
 
 // ---- Stability: no overflow and no NaN wherever the exact result is finite.
 
@@ -292,7 +113,7 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
     at::Tensor o =
         seqmix::ops::aib_scan_fused(af, vf, wf, mask, Direction::causal, AIBWeights::prefix_exp);
     ASSERT_TRUE(at::isfinite(o).all().item<bool>()) << dtype;
-    EXPECT_LT(max_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
+    EXPECT_LT(seqmix::testing::max_abs_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
     o.sum().backward();
     EXPECT_TRUE(at::isfinite(af.grad()).all().item<bool>()) << dtype;
     EXPECT_TRUE(at::isfinite(vf.grad()).all().item<bool>()) << dtype;
@@ -345,8 +166,8 @@ TEST(AIBFused, NonContiguousInputsAndOddChannelCounts) {
   EXPECT_TRUE(at::allclose(
       seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, Direction::causal,
                                   AIBWeights::ones),
-      seqmix::ops::aib_scan_reference(a3, v3, {}, {}, Direction::causal, AIBWeights::ones),
-      1e-10, 1e-10));
+      seqmix::ops::aib_scan_reference(a3, v3, {}, {}, Direction::causal, AIBWeights::ones), 1e-10,
+      1e-10));
 }
 
 TEST(AIBScan, LagWeightsAreProductsOverBits) {
@@ -371,8 +192,7 @@ TEST(AIBScan, PSAttentionIsARunningSoftmaxAverage) {
   // With W = 1 (PS attention, weird-net eqs. 8-9), O_i = sum_j softmax(A[:i])_j V_j.
   torch::manual_seed(4);
   at::Tensor a = at::randn({1, 9, 3}, at::kDouble), v = at::randn({1, 9, 3}, at::kDouble);
-  at::Tensor o =
-      seqmix::ops::aib_scan_reference(a, v, {}, {}, Direction::causal, AIBWeights::ones);
+  at::Tensor o = seqmix::ops::aib_scan_reference(a, v, {}, {}, Direction::causal, AIBWeights::ones);
   for (int64_t i = 0; i < 9; ++i) {
     at::Tensor p = at::softmax(a.narrow(1, 0, i + 1), 1);
     at::Tensor expect = (p * v.narrow(1, 0, i + 1)).sum(1);

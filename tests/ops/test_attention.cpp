@@ -1,6 +1,6 @@
-// Tests for the softmax attention op (include/seqmix/ops/attention.h): the fused kernel vs
-// the literal ATen reference (forward and every gradient) through one case registry, float64
-// finite differences, rows that see no key, a long sequence, and argument errors.
+// Tests for the softmax attention op (include/seqmix/ops/attention.h): every registered
+// attention op case through the shared checker (fused kernel vs the literal ATen reference),
+// rows that see no key, a long sequence, and argument errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,7 +9,7 @@
 
 #include "../src/ops/cpu/attention_kernel.h"
 #include "seqmix/ops/attention.h"
-#include "support/gradcheck.h"
+#include "support/op_check.h"
 
 namespace {
 
@@ -26,124 +26,20 @@ at::Tensor random_mask(int64_t B, int64_t L, bool lead) {
   return m;
 }
 
-struct AttentionCase {
-  std::string name;
-  int64_t B, H, L, dh;
-  bool causal, masked;
-  at::ScalarType dtype;
-};
+class AttentionCase : public ::testing::TestWithParam<seqmix::ops::OpCase> {};
 
-std::vector<AttentionCase> attention_registry() {
-  std::vector<AttentionCase> cases;
-  for (bool causal : {true, false})
-    for (bool masked : {false, true})
-      for (auto dtype : {at::kFloat, at::kDouble})
-        for (int64_t L : {1, 17, 130}) {
-          // d_head 16 (the CPU presets') and 5 (not a whole vector).
-          for (int64_t dh : {16, 5}) {
-            const std::string name = std::string(causal ? "causal" : "bidir") + "_L" +
-                                     std::to_string(L) + "_dh" + std::to_string(dh) +
-                                     (masked ? "_masked" : "") +
-                                     (dtype == at::kFloat ? "_f32" : "_f64");
-            cases.push_back({name, 2, 3, L, dh, causal, masked, dtype});
-          }
-        }
-  // The Pathfinder preset's shape (one sequence) and a paper-size head, several query blocks.
-  cases.push_back({"bidir_L1024_dh16_masked_f32", 1, 2, 1024, 16, false, true, at::kFloat});
-  cases.push_back({"causal_L700_dh64_masked_f32", 1, 2, 700, 64, true, true, at::kFloat});
-  cases.push_back({"causal_L300_dh64_f64", 1, 1, 300, 64, true, false, at::kDouble});
-  // Query blocks of 32 rows (the block shrinks as L grows).
-  cases.push_back({"bidir_L4096_dh8_masked_f32", 1, 1, 4096, 8, false, true, at::kFloat});
-  return cases;
+// Both builds of the kernel (the one this CPU runs and the baseline one) against the literal
+// reference: forward, dq, dk, dv, float64 finite differences, float32 2x rule, padded keys.
+TEST_P(AttentionCase, KernelMatchesReference) {
+  seqmix::testing::check_op_case(
+      GetParam(), {},
+      {{"this CPU's ISA", nullptr},
+       {"baseline ISA", [](bool on) { seqmix::ops::cpu::attention_force_base_isa(on); }}});
 }
 
-class AttentionCaseTest : public ::testing::TestWithParam<AttentionCase> {};
-
-struct Out {
-  at::Tensor o, dq, dk, dv;
-};
-
-// Runs the baseline-ISA build of the kernel while alive (the CPU may have AVX-512).
-struct BaseIsaGuard {
-  explicit BaseIsaGuard(bool on) { seqmix::ops::cpu::attention_force_base_isa(on); }
-  ~BaseIsaGuard() { seqmix::ops::cpu::attention_force_base_isa(false); }
-};
-
-Out run(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, const at::Tensor& mask,
-        const at::Tensor& go, bool causal, bool kernel) {
-  at::Tensor q = q0.detach().clone().requires_grad_(true);
-  at::Tensor k = k0.detach().clone().requires_grad_(true);
-  at::Tensor v = v0.detach().clone().requires_grad_(true);
-  at::Tensor o = kernel ? seqmix::ops::attention_kernel(q, k, v, mask, dir(causal))
-                        : seqmix::ops::attention_reference(q, k, v, mask, dir(causal));
-  (o * go).sum().backward();
-  return {o.detach(), q.grad(), k.grad(), v.grad()};
-}
-
-// Distance from the float64 truth relative to its scale; absolute where the truth is 0 (with
-// L = 1 the output does not depend on q or k, and rounding is all there is).
-double rel_err(const at::Tensor& t, const at::Tensor& truth) {
-  const double scale = truth.abs().max().item<double>();
-  return (t.to(at::kDouble) - truth).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
-}
-
-TEST_P(AttentionCaseTest, KernelMatchesReferenceForwardAndBackward) {
-  const AttentionCase& c = GetParam();
-  at::manual_seed(11);
-  // Scores of a few units, as trained models have, so the softmax is not nearly uniform.
-  const at::Tensor q = (2 * at::randn({c.B, c.H, c.L, c.dh})).to(c.dtype);
-  const at::Tensor k = (2 * at::randn({c.B, c.H, c.L, c.dh})).to(c.dtype);
-  const at::Tensor v = at::randn({c.B, c.H, c.L, c.dh}).to(c.dtype);
-  const at::Tensor go = at::randn({c.B, c.H, c.L, c.dh}).to(c.dtype);
-  const at::Tensor mask = c.masked ? random_mask(c.B, c.L, c.causal) : at::Tensor();
-  const Out rf = run(q, k, v, mask, go, c.causal, false);
-  const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
-  const Out t = run(d(q), d(k), d(v), mask, d(go), c.causal, false);
-  const double tol = c.dtype == at::kDouble ? 1e-10 : 1e-4;
-  // Both builds of the kernel: the one this CPU runs and the baseline one.
-  for (bool base : {false, true}) {
-    BaseIsaGuard guard(base);
-    const Out kr = run(q, k, v, mask, go, c.causal, true);
-    const std::string isa = base ? " (baseline ISA)" : "";
-    const std::vector<std::pair<std::string, std::pair<at::Tensor, at::Tensor>>> pairs = {
-        {"o", {kr.o, t.o}}, {"dq", {kr.dq, t.dq}}, {"dk", {kr.dk, t.dk}}, {"dv", {kr.dv, t.dv}}};
-    for (const auto& [name, kt] : pairs)
-      EXPECT_LT(rel_err(kt.first, kt.second), tol) << name << isa;
-    if (c.dtype == at::kFloat) {
-      // Flash-attention's rule: at most 2x the float32 reference's distance from the truth.
-      const std::vector<std::pair<at::Tensor, at::Tensor>> ref = {
-          {rf.o, t.o}, {rf.dq, t.dq}, {rf.dk, t.dk}, {rf.dv, t.dv}};
-      for (size_t i = 0; i < pairs.size(); ++i)
-        EXPECT_LT(rel_err(pairs[i].second.first, pairs[i].second.second),
-                  2 * rel_err(ref[i].first, ref[i].second) + 1e-6)
-            << pairs[i].first << isa << " (flash-attention's 2x rule)";
-    }
-    for (const auto& g : {kr.o, kr.dq, kr.dk, kr.dv})
-      EXPECT_TRUE(at::isfinite(g).all().item<bool>()) << isa;
-    if (c.masked && !mask.all().item<bool>()) {
-      // A padded key receives no gradient: it influenced nothing.
-      const at::Tensor pad = mask.logical_not().view({c.B, 1, c.L, 1}).expand_as(kr.dk);
-      EXPECT_EQ(kr.dk.masked_select(pad).abs().max().item<double>(), 0.0) << isa;
-      EXPECT_EQ(kr.dv.masked_select(pad).abs().max().item<double>(), 0.0) << isa;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Registry, AttentionCaseTest, ::testing::ValuesIn(attention_registry()),
-                         [](const auto& info) { return info.param.name; });
-
-TEST(Attention, KernelGradientsMatchFiniteDifferences) {
-  at::manual_seed(3);
-  for (bool causal : {true, false}) {
-    const int64_t B = 2, H = 2, L = 19, dh = 6;
-    const at::Tensor mask = random_mask(B, L, causal);
-    auto f = [&](const std::vector<at::Tensor>& in) {
-      return seqmix::ops::attention_kernel(in[0], in[1], in[2], mask, dir(causal));
-    };
-    auto x = [&] { return at::randn({B, H, L, dh}, at::kDouble).requires_grad_(true); };
-    seqmix::testing::expect_gradients_match_fd(f, {x(), x(), x()});
-  }
-}
+INSTANTIATE_TEST_SUITE_P(Registry, AttentionCase,
+                         ::testing::ValuesIn(seqmix::ops::op_cases("attention")),
+                         seqmix::testing::op_case_test_name);
 
 TEST(Attention, QueriesWithoutKeysGiveZeroAndNoGradient) {
   // Causal, first two positions padded: queries 0 and 1 see no valid key.
@@ -176,9 +72,12 @@ TEST(Attention, AllValidMaskEqualsNoMaskAndPaddingChangesNoValidRow) {
                           seqmix::ops::attention_kernel(q, k, v, {}, dir(causal))));
     // 24 padded positions in front, holding large values that would dominate any softmax,
     // leave the 40 outputs as they were (causal queries see those keys unless masked).
-    const auto pad = [](const at::Tensor& t) { return at::constant_pad_nd(t, {0, 0, 24, 0}, 100.0); };
+    const auto pad = [](const at::Tensor& t) {
+      return at::constant_pad_nd(t, {0, 0, 24, 0}, 100.0);
+    };
     const at::Tensor mask = at::cat({at::zeros({2, 24}, at::kBool), all}, 1);
-    const at::Tensor padded = seqmix::ops::attention_kernel(pad(q), pad(k), pad(v), mask, dir(causal));
+    const at::Tensor padded =
+        seqmix::ops::attention_kernel(pad(q), pad(k), pad(v), mask, dir(causal));
     EXPECT_TRUE(at::allclose(padded.narrow(2, 24, 40),
                              seqmix::ops::attention_kernel(q, k, v, {}, dir(causal)), 1e-5, 1e-6))
         << (causal ? "causal" : "bidir");
@@ -201,10 +100,12 @@ TEST(Attention, LongSequenceMatchesReferenceOnItsLastRows) {
     at::Tensor s = at::matmul(qd, kd.transpose(-2, -1)) / std::sqrt(8.0);
     at::Tensor allowed = mask.view({1, 1, 1, L}).expand({1, 1, R, L});
     if (causal)
-      allowed = allowed.logical_and(at::arange(L).view({1, L}) <=
-                                    (at::arange(R) + (L - R)).view({R, 1}));
-    const at::Tensor ref = at::matmul(at::softmax(s.masked_fill(allowed.logical_not(), -1e30), -1), vd);
-    EXPECT_LT(rel_err(o.narrow(2, L - R, R), ref), 1e-5) << (causal ? "causal" : "bidir");
+      allowed =
+          allowed.logical_and(at::arange(L).view({1, L}) <= (at::arange(R) + (L - R)).view({R, 1}));
+    const at::Tensor ref =
+        at::matmul(at::softmax(s.masked_fill(allowed.logical_not(), -1e30), -1), vd);
+    EXPECT_LT(seqmix::testing::rel_err(o.narrow(2, L - R, R), ref), 1e-5)
+        << (causal ? "causal" : "bidir");
   }
 }
 
@@ -219,10 +120,13 @@ TEST(Attention, BadArgumentsAreNamed) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q.to(at::kDouble), {}, Direction::causal), c10::Error);
-  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q, at::ones({1, 4}, at::kBool), Direction::causal),
+  EXPECT_THROW(seqmix::ops::attention_kernel(q, q, q.to(at::kDouble), {}, Direction::causal),
                c10::Error);
-  EXPECT_THROW(seqmix::ops::attention_kernel(q.view({2, 5, 4}), q, q, {}, Direction::causal), c10::Error);
+  EXPECT_THROW(
+      seqmix::ops::attention_kernel(q, q, q, at::ones({1, 4}, at::kBool), Direction::causal),
+      c10::Error);
+  EXPECT_THROW(seqmix::ops::attention_kernel(q.view({2, 5, 4}), q, q, {}, Direction::causal),
+               c10::Error);
   EXPECT_THROW(seqmix::ops::parse_backend("flash"), std::invalid_argument);
 }
 

@@ -1,6 +1,6 @@
-// Tests for the CES op (include/seqmix/ops/ces_scan.h): kernel vs the authors' FFT
-// reference (forward and every gradient), float64 finite differences, a Vandermonde kernel
-// summed directly in float64, the bidirectional semantics, the |mu| constraint and masks.
+// Tests for the CES op (include/seqmix/ops/ces_scan.h): every registered CES op case through
+// the shared checker (kernel vs the authors' FFT reference), a Vandermonde kernel summed
+// directly in float64, the bidirectional semantics, the |mu| constraint and masks.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "seqmix/ops/ces_scan.h"
-#include "support/gradcheck.h"
+#include "support/op_check.h"
 
 namespace {
 
@@ -29,7 +29,8 @@ Params make_params(int64_t C, at::ScalarType dtype) {
   // log lambda = log r + i theta; lambda' = log(log lambda).
   const at::Tensor lr = at::log(r), li = theta;
   const at::Tensor lam_r = 0.5 * at::log(lr * lr + li * li), lam_i = at::atan2(li, lr);
-  const at::Tensor dt = at::exp(at::rand({C}, opt) * (std::log(0.5) - std::log(0.05)) + std::log(0.05));
+  const at::Tensor dt =
+      at::exp(at::rand({C}, opt) * (std::log(0.5) - std::log(0.05)) + std::log(0.05));
   Params p;
   p.log_lambda = at::stack({lam_r, lam_i}, 1).to(dtype);
   p.log_alpha = at::log(dt).unsqueeze(1).repeat({1, 2}).to(dtype);
@@ -43,116 +44,15 @@ at::Tensor random_mask(int64_t B, int64_t L) {
   return m;
 }
 
-struct CESCase {
-  std::string name;
-  int64_t B, L, H;
-  Direction direction;
-  bool masked, normalize;
-  at::ScalarType dtype;
-};
+class CESScanCase : public ::testing::TestWithParam<seqmix::ops::OpCase> {};
 
-std::vector<CESCase> ces_registry() {
-  std::vector<CESCase> cases;
-  for (auto dir : {Direction::causal, Direction::bidirectional})
-    for (bool masked : {false, true})
-      for (auto dtype : {at::kFloat, at::kDouble})
-        for (int64_t L : {1, 2, 17, 300}) {
-          // H = 70: one full 64-channel run plus a partial one.
-          const std::string name = std::string(dir == Direction::causal ? "causal" : "bidir") +
-                                   "_L" + std::to_string(L) + (masked ? "_masked" : "") +
-                                   (dtype == at::kFloat ? "_f32" : "_f64");
-          cases.push_back({name, 2, L, 70, dir, masked, false, dtype});
-        }
-  cases.push_back({"causal_L4096_normalize_f32", 2, 4096, 20, Direction::causal, false, true,
-                   at::kFloat});
-  cases.push_back({"bidir_L1000_masked_normalize_f64", 2, 1000, 20, Direction::bidirectional,
-                   true, true, at::kDouble});
-  return cases;
-}
+// Kernel against the authors' FFT formulation: forward, dx and every parameter gradient
+// (through ces_coefficients), float64 finite differences, float32 2x rule, padded rows.
+TEST_P(CESScanCase, KernelMatchesReference) { seqmix::testing::check_op_case(GetParam()); }
 
-class CESCaseTest : public ::testing::TestWithParam<CESCase> {};
-
-struct Out {
-  at::Tensor y, dx, dl, da, db;
-};
-
-Out run(const CESCase& c, const at::Tensor& x0, const Params& p0, const at::Tensor& mask,
-        const at::Tensor& gy, bool kernel) {
-  at::Tensor x = x0.detach().clone().requires_grad_(true);
-  at::Tensor l = p0.log_lambda.detach().clone().requires_grad_(true);
-  at::Tensor a = p0.log_alpha.detach().clone().requires_grad_(true);
-  at::Tensor b = p0.log_beta.detach().clone().requires_grad_(true);
-  const CESCoefficients coef = seqmix::ops::ces_coefficients(l, a, b, 0.9999, c.normalize);
-  at::Tensor y = kernel ? seqmix::ops::ces_scan_kernel(x, coef, mask, c.direction)
-                        : seqmix::ops::ces_scan_reference(x, coef, mask, c.direction);
-  (y * gy).sum().backward();
-  return {y.detach(), x.grad(), l.grad(), a.grad(), b.grad()};
-}
-
-// Distance of `t` from the float64 truth, relative to the truth's scale.
-double rel_err(const at::Tensor& t, const at::Tensor& truth) {
-  const double scale = truth.abs().max().item<double>() + 1e-12;
-  return (t.to(at::kDouble) - truth).abs().max().item<double>() / scale;
-}
-
-TEST_P(CESCaseTest, KernelMatchesReferenceForwardAndBackward) {
-  const CESCase& c = GetParam();
-  at::manual_seed(7);
-  const int64_t C = c.direction == Direction::bidirectional ? 2 * c.H : c.H;
-  const Params p = make_params(C, c.dtype);
-  const at::Tensor x = at::randn({c.B, c.L, c.H}).to(c.dtype);
-  const at::Tensor mask = c.masked ? random_mask(c.B, c.L) : at::Tensor();
-  const at::Tensor gy = at::randn({c.B, c.L, c.H}).to(c.dtype);
-  const Out k = run(c, x, p, mask, gy, true);
-  const Out r = run(c, x, p, mask, gy, false);
-  // The truth: the reference in float64.
-  CESCase c64 = c;
-  c64.dtype = at::kDouble;
-  const Params p64{p.log_lambda.to(at::kDouble), p.log_alpha.to(at::kDouble),
-                   p.log_beta.to(at::kDouble)};
-  const Out t = run(c64, x.to(at::kDouble), p64, mask, gy.to(at::kDouble), false);
-  const double tol = c.dtype == at::kDouble ? 1e-9 : 1e-4;
-  const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> pairs = {
-      {"y", {k.y, t.y}},          {"dx", {k.dx, t.dx}},         {"dlog_lambda", {k.dl, t.dl}},
-      {"dlog_alpha", {k.da, t.da}}, {"dlog_beta", {k.db, t.db}}};
-  for (const auto& [name, kt] : pairs) {
-    const double ek = rel_err(kt.first, kt.second);
-    EXPECT_LT(ek, tol) << name << " kernel vs float64 truth";
-  }
-  // The reference at the same precision is no closer to the truth than tolerance either; the
-  // kernel must not be much worse than it (flash-attention rule, 2x plus slack).
-  if (c.dtype == at::kFloat) {
-    EXPECT_LT(rel_err(k.y, t.y), 2 * rel_err(r.y, t.y) + 1e-6);
-    EXPECT_LT(rel_err(k.dx, t.dx), 2 * rel_err(r.dx, t.dx) + 1e-6);
-  }
-  if (c.masked && !mask.all().item<bool>()) {
-    const at::Tensor pad = mask.logical_not().unsqueeze(-1).expand_as(k.y);
-    EXPECT_EQ(k.y.masked_select(pad).abs().max().item<double>(), 0.0) << "outputs at pads";
-    EXPECT_EQ(k.dx.masked_select(pad).abs().max().item<double>(), 0.0) << "gradients at pads";
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Registry, CESCaseTest, ::testing::ValuesIn(ces_registry()),
-                         [](const auto& info) { return info.param.name; });
-
-TEST(CES, KernelGradientsMatchFiniteDifferences) {
-  at::manual_seed(3);
-  for (auto dir : {Direction::causal, Direction::bidirectional})
-    for (bool normalize : {false, true}) {
-      const int64_t B = 2, L = 23, H = 5, C = dir == Direction::bidirectional ? 2 * H : H;
-      const Params p = make_params(C, at::kDouble);
-      const at::Tensor mask = random_mask(B, L);
-      auto f = [&](const std::vector<at::Tensor>& in) {
-        const CESCoefficients coef =
-            seqmix::ops::ces_coefficients(in[1], in[2], in[3], 0.9999, normalize);
-        return seqmix::ops::ces_scan_kernel(in[0], coef, mask, dir);
-      };
-      seqmix::testing::expect_gradients_match_fd(
-          f, {at::randn({B, L, H}, at::kDouble).requires_grad_(true),
-              p.log_lambda.clone().requires_grad_(true), p.log_alpha.clone().requires_grad_(true),
-              p.log_beta.clone().requires_grad_(true)});
-    }
-}
+INSTANTIATE_TEST_SUITE_P(Registry, CESScanCase,
+                         ::testing::ValuesIn(seqmix::ops::op_cases("ces_scan")),
+                         seqmix::testing::op_case_test_name);
 
 // y_t = sum_n K[t - n] x_n with K from mu^n summed directly (std::complex, float64).
 TEST(CES, KernelMatchesVandermondeSumInFloat64) {
@@ -162,7 +62,8 @@ TEST(CES, KernelMatchesVandermondeSumInFloat64) {
   const CESCoefficients coef =
       seqmix::ops::ces_coefficients(p.log_lambda, p.log_alpha, p.log_beta, 0.9999, false);
   const at::Tensor x = at::randn({B, L, H}, at::kDouble);
-  const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H), coef.c.narrow(0, 0, H)};
+  const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H),
+                            coef.c.narrow(0, 0, H)};
   for (auto dir : {Direction::causal, Direction::bidirectional}) {
     const at::Tensor y =
         seqmix::ops::ces_scan_kernel(x, dir == Direction::causal ? fwd : coef, {}, dir);
@@ -197,7 +98,8 @@ TEST(CES, BidirectionalBackwardKernelExcludesCurrentToken) {
   at::Tensor x = at::zeros({1, L, H}, at::kDouble);
   x[0][t0].fill_(1.0);
   const at::Tensor y = seqmix::ops::ces_scan_kernel(x, coef, {}, Direction::bidirectional);
-  const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H), coef.c.narrow(0, 0, H)};
+  const CESCoefficients fwd{coef.q.narrow(0, 0, H), coef.mu.narrow(0, 0, H),
+                            coef.c.narrow(0, 0, H)};
   const at::Tensor yc = seqmix::ops::ces_scan_kernel(x, fwd, {}, Direction::causal);
   for (int64_t h = 0; h < H; ++h) {
     EXPECT_NEAR(y[0][t0][h].item<double>(), coef.c[h][0].item<double>(), 1e-12);
@@ -213,7 +115,8 @@ TEST(CES, ConstraintAtItsBoundary) {
   const double max_lambda = 0.9;
   // q = exp(lambda') alpha with alpha = 1 + i: lambda' = log(q / (1 + i)).
   auto params_for_q = [](double qr, double qi) {
-    const std::complex<double> lp = std::log(std::complex<double>(qr, qi) / std::complex<double>(1, 1));
+    const std::complex<double> lp =
+        std::log(std::complex<double>(qr, qi) / std::complex<double>(1, 1));
     return at::tensor({lp.real(), lp.imag()}, at::kDouble).reshape({1, 2});
   };
   const at::Tensor la = at::zeros({1, 2}, at::kDouble), lb = at::zeros({1, 2}, at::kDouble);
@@ -271,9 +174,9 @@ TEST(CES, BadShapesAreNamed) {
   }
   EXPECT_THROW(seqmix::ops::ces_scan_kernel(x.to(at::kDouble), coef, {}, Direction::causal),
                c10::Error);
-  EXPECT_THROW(seqmix::ops::ces_scan_kernel(x, coef, at::ones({1, 4}, at::kBool),
-                                            Direction::causal),
-               c10::Error);
+  EXPECT_THROW(
+      seqmix::ops::ces_scan_kernel(x, coef, at::ones({1, 4}, at::kBool), Direction::causal),
+      c10::Error);
   EXPECT_THROW(seqmix::ops::parse_backend("recurrence"), std::invalid_argument);
 }
 
@@ -314,7 +217,8 @@ TEST(CESLayer, StepMatchesForwardForEveryShortcut) {
                   seqmix::nn::CESShortcut::none})
     for (bool normalize : {false, true}) {
       torch::manual_seed(4);
-      seqmix::nn::CES ces(seqmix::nn::CESOptions(6).shortcut(sc).normalize(normalize).dt_min(0.05).dt_max(0.5));
+      seqmix::nn::CES ces(
+          seqmix::nn::CESOptions(6).shortcut(sc).normalize(normalize).dt_min(0.05).dt_max(0.5));
       ces->to(at::kDouble);
       torch::NoGradGuard no_grad;
       const at::Tensor x = at::randn({3, 30, 6}, at::kDouble);
@@ -326,12 +230,13 @@ TEST(CESLayer, StepMatchesForwardForEveryShortcut) {
             << seqmix::nn::to_string(sc) << " normalize " << normalize << " t=" << t;
       }
       // The shortcut of eq. 13 as chosen.
-      const at::Tensor conv = full - (sc == seqmix::nn::CESShortcut::omega     ? x * ces->omega
-                                      : sc == seqmix::nn::CESShortcut::sigmoid ? x * at::sigmoid(ces->omega)
-                                                                               : at::zeros_like(x));
-      EXPECT_TRUE(at::allclose(conv, seqmix::ops::ces_scan_reference(x, ces->coefficients(), {},
-                                                                     Direction::causal),
-                               1e-9, 1e-9));
+      const at::Tensor conv =
+          full - (sc == seqmix::nn::CESShortcut::omega     ? x * ces->omega
+                  : sc == seqmix::nn::CESShortcut::sigmoid ? x * at::sigmoid(ces->omega)
+                                                           : at::zeros_like(x));
+      EXPECT_TRUE(at::allclose(
+          conv, seqmix::ops::ces_scan_reference(x, ces->coefficients(), {}, Direction::causal),
+          1e-9, 1e-9));
     }
 }
 

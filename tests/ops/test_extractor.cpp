@@ -1,21 +1,17 @@
-// The Extractor's convolution (extractor eq. 18): the FFT path against the literal per-lag
-// sum (forward and gradients), both against float64 finite differences, the incremental
-// form, and the contract's errors; the layer's initialisation at depth.
+// The Extractor's convolution (extractor eq. 18): every registered op case through the shared
+// checker (the FFT path against the literal per-lag sum), the reference against eq. 18 by
+// hand, the incremental form, and the contract's errors; the layer's initialisation at depth.
 #include <gtest/gtest.h>
 
 #include "seqmix/nn/extractor.h"
 #include "seqmix/ops/extractor_conv.h"
-#include "support/gradcheck.h"
+#include "support/op_check.h"
 
 using namespace seqmix;
 
 namespace {
 
-struct ConvCase {
-  int64_t B, t, D, l;
-};
-
-class ExtractorConv : public ::testing::TestWithParam<ConvCase> {};
+class ExtractorConv : public ::testing::TestWithParam<ops::OpCase> {};
 
 // eq. 18 summed position by position in float64, the most literal form there is.
 at::Tensor by_hand(const at::Tensor& x, const at::Tensor& w) {
@@ -26,72 +22,40 @@ at::Tensor by_hand(const at::Tensor& x, const at::Tensor& w) {
   return out;
 }
 
-TEST_P(ExtractorConv, FftMatchesReferenceForwardAndBackward) {
-  const ConvCase c = GetParam();
-  for (auto dtype : {at::kDouble, at::kFloat}) {
-    torch::manual_seed(21);
-    at::Tensor x = at::randn({c.B, c.t, c.D}, dtype).requires_grad_(true);
-    at::Tensor w = (at::randn({c.l, c.D, c.D}, dtype) / std::sqrt(double(c.D))).requires_grad_(true);
-    at::Tensor r = at::randn({c.B, c.t, c.D}, dtype);
-    at::Tensor ref = ops::extractor_conv_reference(x, w);
-    auto [gx_ref, gw_ref] = [&] {
-      auto g = torch::autograd::grad({(ref * r).sum()}, {x, w});
-      return std::make_pair(g[0], g[1]);
-    }();
-    at::Tensor fast = ops::extractor_conv_fft(x, w);
-    auto g = torch::autograd::grad({(fast * r).sum()}, {x, w});
-    const double tol = dtype == at::kDouble ? 1e-10 : 2e-4;
-    auto close = [&](const at::Tensor& a, const at::Tensor& b, const char* what) {
-      const double scale = std::max(1.0, b.abs().max().item<double>());
-      EXPECT_LE((a - b).abs().max().item<double>(), tol * scale)
-          << what << " (" << c10::toString(dtype) << ")";
-    };
-    close(fast, ref, "forward");
-    close(g[0], gx_ref, "dx");
-    close(g[1], gw_ref, "dW");
-    // Lags the sequence cannot reach get exactly zero gradient.
-    if (c.t < c.l) {
-      EXPECT_EQ(g[1].narrow(0, c.t, c.l - c.t).abs().max().item<double>(), 0.0);
-    }
-    if (dtype == at::kDouble) close(ref, by_hand(x.detach(), w.detach()), "reference vs eq. 18");
-  }
-}
+// The FFT path against the literal per-lag sum: forward, dx, dW, float64 finite
+// differences, float32 2x rule.
+TEST_P(ExtractorConv, FftMatchesReference) { seqmix::testing::check_op_case(GetParam()); }
 
-TEST_P(ExtractorConv, GradientsMatchFiniteDifferences) {
-  const ConvCase c = GetParam();
-  if (c.B * c.t * c.D > 4096) GTEST_SKIP() << "covered by the smaller cases";
-  torch::manual_seed(22);
-  at::Tensor x = at::randn({c.B, c.t, c.D}, at::kDouble).requires_grad_(true);
-  at::Tensor w = at::randn({c.l, c.D, c.D}, at::kDouble).requires_grad_(true);
-  for (auto impl : {ops::Backend::kernel, ops::Backend::reference}) {
-    SCOPED_TRACE(ops::to_string(impl));
-    seqmix::testing::expect_gradients_match_fd(
-        [&](const std::vector<at::Tensor>& in) { return ops::extractor_conv(in[0], in[1], impl); },
-        {x, w}, 24);
+TEST_P(ExtractorConv, ReferenceIsEquation18AndUnreachedLagsGetNoGradient) {
+  const ops::OpCase& c = GetParam();
+  const ops::OpInputs in = c.make_inputs(at::kDouble, 21);
+  const at::Tensor x = in.inputs[0].value, w = in.inputs[1].value.detach().requires_grad_(true);
+  const at::Tensor ref = c.reference({x, w}, {});
+  EXPECT_LE((ref - by_hand(x, w.detach())).abs().max().item<double>(), 1e-10);
+  // Lags the sequence cannot reach get exactly zero gradient, on both paths.
+  const int64_t t = x.size(1), l = w.size(0);
+  if (t == l) return;
+  for (auto backend : {ops::Backend::kernel, ops::Backend::reference}) {
+    const at::Tensor out = c.implementation(backend)({x, w}, {});
+    const at::Tensor g = torch::autograd::grad({(out * at::randn_like(out)).sum()}, {w})[0];
+    EXPECT_EQ(g.narrow(0, t, l - t).abs().max().item<double>(), 0.0) << ops::to_string(backend);
   }
 }
 
 TEST_P(ExtractorConv, LastPositionMatchesForward) {
-  const ConvCase c = GetParam();
-  torch::manual_seed(23);
-  at::Tensor x = at::randn({c.B, c.t, c.D}, at::kDouble);
-  at::Tensor w = at::randn({c.l, c.D, c.D}, at::kDouble);
+  const ops::OpCase& c = GetParam();
+  const ops::OpInputs in = c.make_inputs(at::kDouble, 23);
+  const at::Tensor x = in.inputs[0].value, w = in.inputs[1].value;
   const at::Tensor full = ops::extractor_conv_reference(x, w);
-  for (int64_t i = 0; i < c.t; i += std::max<int64_t>(1, c.t / 7)) {
+  for (int64_t i = 0; i < c.L; i += std::max<int64_t>(1, c.L / 7)) {
     const at::Tensor last = ops::extractor_conv_last(x.narrow(1, 0, i + 1), w);
     EXPECT_TRUE(at::allclose(last, full.select(1, i), 1e-10, 1e-10)) << "position " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ExtractorConv,
-                         ::testing::Values(ConvCase{2, 1, 3, 4}, ConvCase{2, 7, 3, 8},
-                                           ConvCase{1, 16, 4, 16}, ConvCase{3, 37, 5, 64},
-                                           ConvCase{2, 128, 16, 128}),
-                         [](const ::testing::TestParamInfo<ConvCase>& i) {
-                           const ConvCase& c = i.param;
-                           return "B" + std::to_string(c.B) + "_t" + std::to_string(c.t) + "_D" +
-                                  std::to_string(c.D) + "_l" + std::to_string(c.l);
-                         });
+INSTANTIATE_TEST_SUITE_P(Registry, ExtractorConv,
+                         ::testing::ValuesIn(ops::op_cases("extractor_conv")),
+                         seqmix::testing::op_case_test_name);
 
 TEST(ExtractorConvErrors, SequenceLongerThanWindowIsRejected) {
   at::Tensor x = at::randn({1, 9, 4}), w = at::randn({8, 4, 4});

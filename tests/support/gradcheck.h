@@ -3,12 +3,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
+
+// Many tests include this header for temp_dir alone.
+#include "support/temp_dir.h"
 
 namespace seqmix::testing {
 
@@ -73,16 +74,6 @@ inline void expect_gradients_match_fd(const Fn& f, std::vector<at::Tensor> input
     const double an = (grads[i] * d).sum().item<double>();
     EXPECT_NEAR(an, fd, 10 * atol + rtol * std::abs(fd)) << "input " << i << " random direction";
   }
-}
-
-/// A fresh folder under the test temp dir, removed first if it exists.
-inline std::string temp_dir(const std::string& name) {
-  const char* base = std::getenv("TMPDIR");
-  std::string dir =
-      std::string(base ? base : "/tmp") + "/seqmix-test-" + name + "-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 }  // namespace seqmix::testing

@@ -1,24 +1,30 @@
 #pragma once
 /// @file ops_bench.h
-/// `seqmix bench ops`: speed and memory of AIB attention against its reference and against
-/// softmax self-attention as the sequence grows (DESIGN.md, "Performance practice").
+/// `seqmix bench ops`: speed and memory of the ops against their references and of AIB
+/// attention against softmax self-attention as the sequence grows (DESIGN.md, "Performance
+/// practice").
 ///
 /// For each L: forward and forward+backward wall time (median of `reps` runs after one
 /// warm-up) and the peak tensor memory of forward+backward above what was live before
-/// (util/memory.h) of
-///   aib_fused        ops::aib_scan_fused on A, V [B, L, D] (op only);
-///   aib_reference    ops::aib_scan_reference, the papers' algorithm in ATen (op only);
-///   aib_layer        nn::AIBAttention (projections included, fused scan), causal;
-///   attention_layer  nn::SelfAttention, causal, n_heads heads: the faster of matmul +
-///                    softmax and at::_scaled_dot_product_attention, measured at each L;
-///   extractor_fast   nn::Extractor (extractor eqs. 18-20, l = the longest L) on the FFT path;
-///   extractor_reference  the same layer on the literal per-lag sum;
-///   ces_kernel       ops::ces_scan_kernel on x [B, L, D], causal, with the coefficients
-///                    computed from their raw parameters inside the timed region (so the
-///                    backward includes every parameter gradient);
-///   ces_fft_reference  ops::ces_scan_reference (Vandermonde kernel + FFT), the same way.
+/// (util/memory.h). Two kinds of rows:
+/// * op rows, "<op>_kernel" and "<op>_reference" for every op of the op-case registry
+///   (ops/op_cases.h): the op's `benchmarked` case moved to [B, L, D] (OpCase::at_shape), run
+///   on its float32 inputs, every input and parameter gradient computed:
+///     aib_scan_kernel / _reference       causal, prefix_exp weights (Weird-Net's decoder);
+///     ces_scan_kernel / _reference       causal, coefficients from the raw parameters inside
+///                                        the timed region (the FFT formulation as reference);
+///     attention_kernel / _reference      causal, head width 64 (H = D / 64);
+///     extractor_conv_kernel / _reference the FFT convolution / per-lag sum, l = L;
+///   the names of seqmix 0.1 are read too: aib_fused, aib_reference, ces_kernel,
+///   ces_fft_reference.
+/// * layer rows:
+///     aib_layer        nn::AIBAttention (projections included, fused scan), causal;
+///     attention_layer  nn::SelfAttention, causal, n_heads heads: the faster of the fused
+///                      kernel, matmul + softmax and at::_scaled_dot_product_attention;
+///     extractor_fast   nn::Extractor (extractor eqs. 18-20, l = the longest L) on the FFT path;
+///     extractor_reference  the same layer on the literal per-lag sum.
 /// plus a STREAM-triad bandwidth (a = b + s c over 3 x 128 MiB float arrays, best of 5) and
-/// the fused forward's achieved bandwidth on its minimal traffic (read A and V, write O).
+/// the AIB kernel's achieved forward bandwidth on its minimal traffic (read A and V, write O).
 /// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
 #include <cstdint>
 #include <functional>
@@ -34,7 +40,8 @@ struct OpsBenchOptions {
   int64_t d_model = 512;
   int64_t n_heads = 8;
   int64_t reps = 5;
-  std::vector<std::string> ops = {"aib_fused", "aib_reference", "aib_layer", "attention_layer"};
+  std::vector<std::string> ops = {"aib_scan_kernel", "aib_scan_reference", "aib_layer",
+                                  "attention_layer"};
 
   /// Defaults of `seqmix bench extractor`: the Extractor paper's shape (Table 1: l = t = 128,
   /// D = 128, batch 64) with both Extractor paths next to self-attention.
@@ -51,15 +58,20 @@ struct OpsBenchOptions {
   /// shapes (B = 4, D = H = 512, L = 1K .. 16K).
   static OpsBenchOptions ces_defaults() {
     OpsBenchOptions o;
-    o.ops = {"ces_kernel", "ces_fft_reference"};
+    o.ops = {"ces_scan_kernel", "ces_scan_reference"};
     return o;
   }
 };
 
+/// Every name `ops` accepts (op rows, then layer rows), for help texts.
+std::vector<std::string> ops_bench_names();
+
 /// Runs the benchmark; `emit` receives one JSON object per measurement as soon as it is
-/// made (rows with "op", "L", "B", "D", "fwd_ms", "fwd_bwd_ms", "peak_mib" [, "fwd_gbps"],
-/// skipped cases with "skipped", and one {"op": "stream_triad", "gbps"}).
-/// @throws std::invalid_argument for an unknown op name or a non-positive size.
+/// made (rows with "op" (the name as ops_bench_names() spells it), "L", "B", "D", "fwd_ms",
+/// "fwd_bwd_ms", "peak_mib" [, "fwd_gbps"], skipped cases with "skipped", and one
+/// {"op": "stream_triad", "gbps"}).
+/// @throws std::invalid_argument for an unknown op name (listing the names) or a
+///         non-positive size.
 void run_ops_bench(const OpsBenchOptions& options,
                    const std::function<void(const nlohmann::json&)>& emit);
 
