@@ -14,8 +14,9 @@
 ///
 /// SentencePiece runs inside a small plugin, libseqmix_sentencepiece.so, loaded on first use
 /// (see src/data/sentencepiece_plugin.cpp for why it cannot be linked directly next to
-/// LibTorch). It is looked for at $SEQMIX_SENTENCEPIECE_PLUGIN, next to the executable, then
-/// where the build put it.
+/// LibTorch). It is looked for at $SEQMIX_SENTENCEPIECE_PLUGIN, next to the executable, by
+/// bare name through the loader's search (the RUNPATH an installed seqmix package gives its
+/// programs, LD_LIBRARY_PATH), then where the build put it (src/data/tokenizer.cpp).
 #include <ATen/ATen.h>
 
 #include <cstdint>
