@@ -245,6 +245,22 @@ Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
         "machine's " + std::to_string(hw) + " hardware threads at most), got " +
         std::to_string(o.threads));
   const int64_t threads = o.threads > 0 ? o.threads : hw;
+  // SentencePiece skips lines longer than max_sentence_length and then fails without saying
+  // why when none is left (a corpus of one long line per document, such as SOTU's files).
+  bool usable_line = false;
+  for (size_t start = 0; start < text.size() && !usable_line;) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const size_t length = end - start;
+    usable_line = length > 0 && static_cast<int64_t>(length) <= o.max_sentence_length;
+    start = end + 1;
+  }
+  if (!usable_line)
+    throw std::runtime_error(
+        "tokenizer training failed: the text has no line of 1 to " +
+        std::to_string(o.max_sentence_length) +
+        " bytes (SentencePiece skips longer lines); break it into shorter lines, e.g. with "
+        "`fold -s -w 400`");
   // Why these settings: see the file comment of tokenizer.h (exact invertibility).
   const std::vector<std::pair<std::string, std::string>> args = {
       {"model_type", o.model_type},

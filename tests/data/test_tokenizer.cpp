@@ -125,6 +125,16 @@ TEST(Tokenizer, TrainingIsDeterministicAndValidated) {
     EXPECT_NE(std::string(e.what()).find("tokenizer training failed"), std::string::npos)
         << e.what();
   }
+  // Every line longer than SentencePiece takes: said before SentencePiece fails silently.
+  o.vocab_size = 400;
+  o.max_sentence_length = 64;
+  try {
+    data::Tokenizer::train(std::string(100, 'a') + "\n" + std::string(70, 'b'), o);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no line of 1 to 64 bytes"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Tokenizer, SaveLoadAndCorruptModels) {
