@@ -1,8 +1,13 @@
 // The Extractor's convolution (extractor eq. 18): every registered op case through the shared
 // checker (the FFT path against the literal per-lag sum), the reference against eq. 18 by
 // hand, the incremental form, and the contract's errors; the layer's initialisation at depth.
+// Also what every op shares: Backend / Direction names and the op-case registry itself.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <set>
+
+#include "seqmix/bench/ops_bench.h"
 #include "seqmix/nn/extractor.h"
 #include "seqmix/ops/extractor_conv.h"
 #include "support/op_check.h"
@@ -99,6 +104,89 @@ TEST(OpBackend, ParsesKernelReferenceAndTheOldSpellings) {
   for (auto d : {ops::Direction::causal, ops::Direction::bidirectional})
     EXPECT_EQ(ops::parse_direction(ops::to_string(d)), d);
   EXPECT_THROW(ops::parse_direction("decoder"), std::invalid_argument);
+}
+
+// The registry itself: what the tests and the benchmark rely on.
+TEST(OpRegistry, NamesAreUniqueAndEachOpHasOneBenchmarkedCase) {
+  std::set<std::string> names;
+  for (const auto& c : ops::op_cases()) {
+    EXPECT_TRUE(names.insert(c.name()).second) << "duplicate " << c.name();
+    for (char ch : c.name()) EXPECT_TRUE(std::isalnum(ch) || ch == '_') << c.name();
+    EXPECT_TRUE(c.make_inputs && c.reference && c.kernel && c.at_shape) << c.name();
+  }
+  EXPECT_EQ(ops::op_names(),
+            (std::vector<std::string>{"aib_scan", "ces_scan", "attention", "extractor_conv"}));
+  for (const auto& op : ops::op_names()) {
+    int benchmarked = 0;
+    for (const auto& c : ops::op_cases(op)) benchmarked += c.benchmarked;
+    EXPECT_EQ(benchmarked, 1) << op;
+  }
+  try {
+    ops::op_cases("conv");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'conv' (expected one of aib_scan, ces_scan"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OpRegistry, InputsAreReproducibleAlikeInBothDtypesAndLeaveTheGlobalSeedAlone) {
+  at::manual_seed(5);
+  const at::Tensor before = at::randn({4});
+  at::manual_seed(5);
+  for (const auto& op : ops::op_names()) {
+    const ops::OpCase c = ops::op_cases(op).back();
+    const ops::OpInputs a = c.make_inputs(at::kDouble, 3), b = c.make_inputs(at::kDouble, 3);
+    const ops::OpInputs f = c.make_inputs(at::kFloat, 3), other = c.make_inputs(at::kDouble, 4);
+    for (size_t i = 0; i < a.inputs.size(); ++i) {
+      EXPECT_TRUE(at::equal(a.inputs[i].value, b.inputs[i].value)) << c.name();
+      EXPECT_TRUE(at::equal(f.inputs[i].value.to(at::kDouble), a.inputs[i].value)) << c.name();
+      EXPECT_EQ(f.inputs[i].value.scalar_type(), at::kFloat);
+      if (a.inputs[i].seq_dim >= 0) {
+        EXPECT_FALSE(at::equal(a.inputs[i].value, other.inputs[i].value)) << c.name();
+      }
+    }
+  }
+  EXPECT_TRUE(at::equal(at::randn({4}), before)) << "the cases drew from the global generator";
+}
+
+TEST(OpRegistry, CasesMoveToBenchmarkShapes) {
+  for (const auto& op : ops::op_names())
+    for (const auto& c : ops::op_cases(op)) {
+      if (!c.benchmarked) continue;
+      const ops::OpCase s = c.at_shape(3, 40, 128);
+      EXPECT_EQ(s.op, c.op);
+      EXPECT_EQ(s.B, 3);
+      EXPECT_EQ(s.L, 40);
+      EXPECT_EQ(s.D, 128);
+      const ops::OpInputs in = s.make_inputs(at::kFloat, 0);
+      const at::Tensor out = s.kernel(in.values(), in.mask);
+      EXPECT_EQ(out.size(0), 3) << s.name();
+      EXPECT_EQ(out.size(s.out_seq_dim), 40) << s.name();
+    }
+  // Attention keeps its head width (64 for the benchmarked case).
+  const ops::OpCase& att = [] {
+    for (const auto& c : ops::op_cases("attention"))
+      if (c.benchmarked) return c;
+    throw std::logic_error("no benchmarked attention case");
+  }();
+  EXPECT_THROW(att.at_shape(1, 8, 100), std::invalid_argument);
+}
+
+TEST(OpsBench, UnknownOpsAreRefusedBeforeAnythingRuns) {
+  bench::OpsBenchOptions o;
+  o.ops = {"aib_fused", "flash"};
+  int rows = 0;
+  try {
+    bench::run_ops_bench(o, [&](const nlohmann::json&) { ++rows; });
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'flash'"), std::string::npos) << m;
+    for (const auto& n : bench::ops_bench_names()) EXPECT_NE(m.find(n), std::string::npos) << n;
+  }
+  EXPECT_EQ(rows, 0);
 }
 
 TEST(ExtractorLayer, StepRejectsPositionsPastTheWindow) {
