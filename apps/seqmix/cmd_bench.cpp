@@ -75,7 +75,7 @@ Command add_bench(CLI::App& app) {
   std::vector<std::string> names;
   for (const auto& m : modes()) names.push_back(m.first);
   cmd->add_option("mode", f->mode,
-                  "ops: AIB fused vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
+                  "ops: AIB kernel vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
                   "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
                   "(B=64, D=128, L=l=128); ces: CES recurrence kernel vs the FFT reference "
                   "(B=4, D=512, L=1K..16K). Options override the mode's defaults.")
@@ -86,10 +86,9 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--D", f->options.d_model, "channels / d_model");
   cmd->add_option("--heads", f->options.n_heads, "attention heads");
   cmd->add_option("--reps", f->options.reps, "timed repetitions (median reported)");
-  cmd->add_option("--ops", f->options.ops,
-                  "subset of aib_fused,aib_reference,aib_layer,attention_layer,extractor_fast,"
-                  "extractor_reference,ces_kernel,ces_fft_reference")
-      ->delimiter(',');
+  std::string ops;
+  for (const auto& name : bench::ops_bench_names()) ops += (ops.empty() ? "" : ",") + name;
+  cmd->add_option("--ops", f->options.ops, "subset of " + ops)->delimiter(',');
   cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all)");
   cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");

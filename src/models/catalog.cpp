@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <type_traits>
+#include <variant>
+
 #include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
 
@@ -16,6 +19,28 @@ std::string short_count(double n) {
   if (m < 100) return fmt::format("{:.1f}M", m);
   if (m < 1000) return fmt::format("{:.0f}M", m);
   return fmt::format("{:.1f}B", m / 1e3);
+}
+
+// A field's value as TOML writes it: 'text', 1.5, true, ['a', 'b'].
+std::string value_text(const util::FieldValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return "'" + x + "'";
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          return util::format_number(x);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          return std::to_string(x);
+        } else {
+          std::string s;
+          for (const auto& e : x) s += (s.empty() ? "'" : ", '") + e + "'";
+          return "[" + s + "]";
+        }
+      },
+      v);
 }
 
 // `text` wrapped at `width` columns, continuation lines indented by `indent`.
@@ -49,6 +74,17 @@ std::string describe_catalog() {
     if (!m.section.empty()) dirs += "; keys [model." + m.section + "]";
     s += fmt::format("  {:<11} ", m.name);
     s += wrap(m.summary + " (" + dirs + ")" + (m.source.empty() ? "" : ". " + m.source), 14, 80);
+    // Its section's keys, with the documentation each field declares.
+    const ModelConfig defaults;
+    ModelConfig::visit_sections(defaults, [&](const std::string& path, const auto& section,
+                                              const auto& fields) {
+      if (path.empty() || path != m.section) return;
+      for (const auto& f : fields)
+        s += std::string(14, ' ') +
+             wrap("model." + path + "." + f.name + " = " + value_text(f.get(section)) + ": " +
+                      f.doc,
+                  18, 80);
+    });
   }
   s += "\nPresets: parameters for a byte-level vocabulary of 256, at each size\n";
   s += fmt::format("{:<21}", "");

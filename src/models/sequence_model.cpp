@@ -108,6 +108,10 @@ at::Tensor SequenceModelImpl::forward(const at::Tensor& tokens, const at::Tensor
 }
 
 std::vector<nn::MixerState> SequenceModelImpl::init_state(int64_t batch) const {
+  for (const auto& name : config_.mixers)
+    if (!find_mixer(name).incremental)
+      throw std::logic_error("SequenceModel::init_state: mixer '" + name +
+                             "' does not decode step by step (its registry row says so)");
   std::vector<nn::MixerState> states;
   for (const auto& m : *blocks) states.push_back(m->as<nn::BlockImpl>()->mixer->init_state(batch));
   return states;

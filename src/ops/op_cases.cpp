@@ -1,4 +1,4 @@
-// The op-case registry: one family of cases per op (DESIGN.md, "Ops").
+// The op-case registry: one family of cases per op (docs/ARCHITECTURE.md, "Ops").
 #include "seqmix/ops/op_cases.h"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -175,6 +175,26 @@ TEST(MixerRegistry, ToyMixerIsListedByInfo) {
   }
 }
 
+TEST(MixerRegistry, ARowWithoutIncrementalDecodingRefusesToDecode) {
+  Registered r;
+  models::MixerSpec spec = models::find_mixer("moving-average");
+  spec.name = "moving-average-no-step";
+  spec.incremental = false;
+  models::register_mixer(spec);
+  auto c = toy_config();
+  c.mixers = {"moving-average-no-step"};
+  models::SequenceModel model(c);
+  EXPECT_THROW(model->init_state(1), std::logic_error);
+  models::unregister_mixer("moving-average-no-step");
+}
+
+TEST(MixerRegistry, InfoListsEachSectionsKeysWithTheirDocs) {
+  const std::string text = models::describe_catalog();
+  EXPECT_NE(text.find("model.aib.weights = 'prefix_exp': per-distance weights"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("model.ces.r_min = 0.1"), std::string::npos) << text;
+}
+
 TEST(MixerRegistry, NoPresetOrMixerNameOutsideTheTables) {
   // Every preset row resolves, and each listed mixer is in the registry.
   for (const auto& p : models::model_presets()) {

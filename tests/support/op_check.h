@@ -1,6 +1,6 @@
 #pragma once
 // Test support: the one checker every op case goes through (include/seqmix/ops/op_cases.h;
-// DESIGN.md, "Ops"). For a case it checks
+// docs/ARCHITECTURE.md, "Ops"). For a case it checks
 //   1. float64: the kernel's output and every gradient (inputs and parameters) against the
 //      reference's, within kFloat64Tolerance relative to the reference's scale;
 //   2. float32 (flash-attention's rule): the kernel's distance from the float64 reference

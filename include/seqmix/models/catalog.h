@@ -11,7 +11,7 @@
 namespace seqmix::models {
 
 /// Three listings: the mixers (name, directions, whether it decodes step by step, the
-/// [model.<section>] it reads, summary, source); the presets (parameters at every size for a
+/// [model.<section>] it reads with each key's default and documentation, summary, source); the presets (parameters at every size for a
 /// byte-level vocabulary of 256, then each preset's summary); the sizes (N, D, d_ff, heads,
 /// max_len, source).
 std::string describe_catalog();

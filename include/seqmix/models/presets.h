@@ -5,7 +5,7 @@
 /// the task recipes (train/task_presets.h) are generated from the rows; no code compares
 /// preset names.
 ///
-/// Presets (DESIGN.md, "Models"):
+/// Presets (docs/ARCHITECTURE.md, "Models"):
 ///   weird-net    Structure B: AIB attention in layers 1, 3, ..., causal self-attention in
 ///                layers 2, 4, ...; GELU FFN; no biases on A/V (weird-net Sec. III.E).
 ///   aib-net      alias of weird-net (aib-net paper).

@@ -34,7 +34,7 @@ class SequenceModelImpl : public torch::nn::Module {
   at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& mask = {});
   /// Next-token logits: tokens [B, L] -> [B, L, V].
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& mask = {});
-  /// One vector per sequence for classification (DESIGN.md; aib-net and etsmlp's LRA
+  /// One vector per sequence for classification (aib-net and etsmlp's LRA
   /// models): an encoder (causal = false) mean-pools the final hidden states over the valid
   /// positions, a decoder takes the hidden state at the last valid position.
   /// tokens [B, L], mask [B, L] bool (undefined: all valid) -> [B, D].
@@ -49,7 +49,8 @@ class SequenceModelImpl : public torch::nn::Module {
   at::Tensor classify_pair(const at::Tensor& tokens_a, const at::Tensor& mask_a,
                            const at::Tensor& tokens_b, const at::Tensor& mask_b);
 
-  /// Decoding state: one MixerState per block. @throws std::logic_error for an encoder.
+  /// Decoding state: one MixerState per block. @throws std::logic_error for an encoder, or
+  /// a mixer whose registry row is not `incremental`.
   std::vector<nn::MixerState> init_state(int64_t batch) const;
   /// Consumes token [B] (int64) at position states[0].pos and returns logits [B, V].
   /// @throws c10::Error when the position reaches max_len.

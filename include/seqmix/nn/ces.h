@@ -2,7 +2,7 @@
 /// @file ces.h
 /// Complex exponential smoothing as a layer, and the ETSMLP mixer built around it
 /// (etsmlp, Sec. 3; the authors' code PKUAI-LINGroup/ETSMLP, module/smlp_module.py: CETS and
-/// SMLP_module; decisions in DESIGN.md "CES / ETSMLP").
+/// SMLP_module; the paper's open points and the choices made are below).
 ///   CES:    o = CES(x) + shortcut(x)                        eqs. 10, 13
 ///   ESMLP:  Z = W_2 ReLU(CES(W_1 X))  [ * sigmoid(W_g X) ]   Sec. 3.2 (gate: ESMLP-Gate)
 /// The block around ESMLP (norm -> ESMLP -> dropout -> + x, no separate FFN) is a
@@ -21,7 +21,7 @@
 namespace seqmix::nn {
 
 /// The shortcut of eq. 13: the authors' code adds omega * x; the paper writes
-/// sigmoid(omega) * x (DESIGN.md: support both, default to the code's).
+/// sigmoid(omega) * x (both supported; the default is the code's).
 enum class CESShortcut { omega, sigmoid, none };
 /// Parses "omega" | "sigmoid" | "none". @throws std::invalid_argument naming the value.
 CESShortcut parse_ces_shortcut(const std::string& name);

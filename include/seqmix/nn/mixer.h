@@ -1,6 +1,6 @@
 #pragma once
 /// @file mixer.h
-/// The interface every sequence mixer implements (DESIGN.md, "Layers"): a full-sequence
+/// The interface every sequence mixer implements (docs/ARCHITECTURE.md, "Layers"): a full-sequence
 /// `forward` for training and an incremental `step` for decoding, which must agree on the
 /// same prefix.
 #include <torch/nn/module.h>

@@ -2,7 +2,7 @@
 /// @file ces_scan.h
 /// Complex exponential smoothing (CES), the sequence mixer of ETSMLP (etsmlp, Sec. 3.1,
 /// eqs. 7-14; the authors' code PKUAI-LINGroup/ETSMLP, module/smlp_module.py, class CETS,
-/// complex version "normal"; decisions in DESIGN.md "CES / ETSMLP").
+/// complex version "normal"; the choices are documented in nn/ces.h).
 ///
 /// Legend: B batch, L sequence length, H channels; C = H (causal) or 2 H (bidirectional:
 /// rows [0, H) are the forward parameters, rows [H, 2 H) the backward ones).

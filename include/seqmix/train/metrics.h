@@ -3,8 +3,10 @@
 /// `metrics.jsonl`: one JSON object per line, flushed as written, so a killed run keeps every
 /// line it reported. Training lines carry "split": "train" with "loss" (mean nats per token
 /// over the log interval), "perplexity" = exp(loss) and, for byte-level models, "bpc";
-/// evaluation lines "split": "eval" with "loss", "perplexity", "bpc" (bits per character:
-/// the negative log-likelihood in bits over the bytes of text scored), "tokens", "bytes".
+/// evaluation lines carry the split scored ("valid", "test", or "train_eval" for the
+/// training split) with "loss", "perplexity", "bpc" (bits per character: the negative
+/// log-likelihood in bits over the bytes of text scored), "tokens", "bytes"; a classifier's
+/// carry "accuracy" instead of bpc. Every line has "step" and "time_s".
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 /// @file run_folder.h
-/// A run folder belongs to one run (DESIGN.md, "Training, checkpoints"): it is locked while a
+/// A run folder belongs to one run (docs/ARCHITECTURE.md, "Training, checkpoints"): it is locked while a
 /// process trains in it, a run already in it is never replaced without an explicit
 /// `--overwrite`, and a process that fails before it has written its first checkpoint leaves
 /// the folder as it found it.
