@@ -1,5 +1,6 @@
 #include "seqmix/models/mixer_registry.h"
 
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 
@@ -142,11 +143,11 @@ MixerSpec etsmlp_row() {
 
 struct Registry {
   std::mutex mutex;
-  std::vector<MixerSpec> rows;
+  std::deque<MixerSpec> rows;  // a deque: adding a row keeps references to the others valid
   size_t builtins = 0;
   Registry() {
     // The built-in mixers: one row each.
-    rows = {aib_row(), attention_row(), extractor_row(), etsmlp_row()};
+    rows = {aib_row(), attention_row(), extractor_row(), etsmlp_row()};  // one line per mixer
     builtins = rows.size();
   }
 };
@@ -156,7 +157,7 @@ Registry& registry() {
   return r;
 }
 
-std::string names(const std::vector<MixerSpec>& rows) {
+std::string names(const std::deque<MixerSpec>& rows) {
   std::string s;
   for (size_t i = 0; i < rows.size(); ++i)
     s += (i == 0 ? "" : i + 1 == rows.size() ? " or " : ", ") + rows[i].name;
@@ -165,7 +166,7 @@ std::string names(const std::vector<MixerSpec>& rows) {
 
 }  // namespace
 
-const std::vector<MixerSpec>& mixer_registry() { return registry().rows; }
+const std::deque<MixerSpec>& mixer_registry() { return registry().rows; }
 
 const MixerSpec& find_mixer(const std::string& name) {
   const auto& rows = registry().rows;
@@ -179,6 +180,10 @@ void register_mixer(MixerSpec spec) {
   std::lock_guard<std::mutex> lock(r.mutex);
   if (spec.name.empty()) throw std::invalid_argument("register_mixer: the name is empty");
   if (!spec.build) throw std::invalid_argument("register_mixer: '" + spec.name + "' has no build");
+  // The count must not need the model: a configuration is checked against the machine's
+  // memory (RunConfig::check_resources) before anything is built.
+  if (!spec.parameters)
+    throw std::invalid_argument("register_mixer: '" + spec.name + "' has no parameters formula");
   for (const auto& row : r.rows)
     if (row.name == spec.name)
       throw std::invalid_argument("register_mixer: a mixer named '" + spec.name + "' exists");

@@ -179,14 +179,6 @@ int64_t ModelConfig::layers_of(size_t j) const {
 
 namespace {
 
-// Parameters of one layer's mixer, counted by building it (a registered mixer without a
-// `parameters` formula; such mixers are small, defined in programs and tests).
-long double built_parameters(const MixerSpec& spec, const ModelConfig& c) {
-  long double n = 0;
-  for (const auto& p : spec.build(c, 0)->parameters()) n += static_cast<long double>(p.numel());
-  return n;
-}
-
 // The parameter count in long double: x86-64's 64-bit mantissa holds every integer below 2^64
 // exactly, so no product or sum below that bound rounds, and none can overflow. Layers are
 // counted per mixer kind (n_layers may be huge in an unchecked configuration).
@@ -199,7 +191,7 @@ long double count_parameters(const ModelConfig& c) {
     const int64_t layers = c.layers_of(j);
     if (layers <= 0) continue;
     const MixerSpec& spec = find_mixer(c.mixers[j]);
-    R per = spec.parameters ? spec.parameters(c) : built_parameters(spec, c);
+    R per = spec.parameters(c);
     if (spec.has_ffn) {
       per += 2 * D * F + (c.bias ? F + D : 0);  // FFN
       if (c.norm) per += 4 * D;                 // two norms (weight and bias)

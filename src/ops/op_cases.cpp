@@ -124,6 +124,7 @@ void add_aib_cases(std::vector<OpCase>& cases) {
     for (auto w : {AIBWeights::prefix_exp, AIBWeights::exp, AIBWeights::ones})
       for (int64_t L : {1, 2, 3, 17, 64, 1000, 4096})
         for (bool masked : {false, true}) {
+          if (masked && L == 1) continue;  // one position: aib_mask pads none
           // D = 20: one full 16-lane float block plus a partial one (and, bidirectional,
           // blocks that end at the D / 2 boundary).
           cases.push_back(aib_case(2, L, 20, dir, w, masked));
@@ -166,6 +167,7 @@ OpInputs ces_inputs(int64_t B, int64_t L, int64_t H, int64_t C, bool masked, at:
   if (masked) {
     in.mask = draw.rand({B, L}) > 0.3;
     in.mask.select(1, 0).fill_(true);
+    if (L > 1) in.mask[0][L - 1] = false;  // at least one padded position, whatever the draw
   }
   return in;
 }
@@ -205,6 +207,7 @@ void add_ces_cases(std::vector<OpCase>& cases) {
     for (bool normalize : {false, true})
       for (bool masked : {false, true})
         for (int64_t L : {1, 2, 17, 300}) {
+          if (masked && L == 1) continue;  // position 0 is always valid: nothing to pad
           // H = 70: one full 64-channel run plus a partial one.
           cases.push_back(ces_case(2, L, 70, dir, normalize, masked));
           if (dir == Direction::causal && !normalize && !masked && L == 300)
@@ -267,8 +270,11 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   for (auto dir : {Direction::causal, Direction::bidirectional})
     for (bool masked : {false, true})
       for (int64_t L : {1, 17, 130})
-        for (int64_t dh : {16, 5})  // the CPU presets' head width, and not a whole vector
+        for (int64_t dh : {16, 5}) {  // the CPU presets' head width, and not a whole vector
+          // One bidirectional position is always valid (attention_mask): nothing padded.
+          if (masked && L == 1 && dir == Direction::bidirectional) continue;
           cases.push_back(attention_case(2, 3, L, dh, dir, masked));
+        }
   // The Pathfinder preset's shape (one sequence) and a paper-size head, several query blocks.
   cases.push_back(attention_case(1, 2, 1024, 16, Direction::bidirectional, true));
   cases.push_back(attention_case(1, 2, 700, 64, Direction::causal, true));

@@ -104,11 +104,17 @@ std::vector<std::string> split_path(const std::string& path) {
 }
 
 // The table at `path` ("model.aib") in `t`, created if absent.
-toml::table& table_at(toml::table& t, const std::string& path) {
+// @throws std::runtime_error naming `origin` when a part exists but is not a table.
+toml::table& table_at(toml::table& t, const std::string& path, const std::string& origin = "") {
   toml::table* cur = &t;
+  std::string walked;
   for (const auto& part : split_path(path)) {
+    walked += (walked.empty() ? "" : ".") + part;
     if (!cur->contains(part)) cur->insert(part, toml::table{});
     cur = (*cur)[part].as_table();
+    if (!cur)
+      throw std::runtime_error(origin + ": '" + walked + "' must be a table such as [" + walked +
+                               "]");
   }
   return *cur;
 }
@@ -270,6 +276,13 @@ std::string legacy_note(const std::vector<std::string>& keys,
   return s;
 }
 
+// The optimised path's old names: aib_impl = "fused", extractor_impl = "fft" (every op's is
+// "kernel" now). Only those two: other values of other keys were errors and stay so.
+bool legacy_kernel_name(const std::string& old_key, const std::string& value) {
+  return (old_key == "aib_impl" && value == "fused") ||
+         (old_key == "extractor_impl" && value == "fft");
+}
+
 // Moves the flat [model] keys written before the mixer sections existed ("aib_weights")
 // to their sections ([model.aib] weights), mapping the old implementation names; prints
 // one note naming them.
@@ -282,13 +295,13 @@ void upgrade_legacy_keys(toml::table& t, const std::string& origin) {
     if (!n) continue;
     const auto dot = new_key.find('.');
     const std::string section = new_key.substr(0, dot), key = new_key.substr(dot + 1);
-    toml::table& sub = table_at(*model, section);
+    toml::table& sub = table_at(t, "model." + section, origin);
     if (sub.contains(key))
       throw std::runtime_error(origin + ": both model." + old_key + " (the old name) and model." +
                                new_key + " are given; keep model." + new_key);
     const std::optional<std::string> s = n->value<std::string>();
-    if (key == "impl" && s && (*s == "fused" || *s == "fft"))
-      sub.insert("impl", "kernel");  // one spelling for every op's optimised path
+    if (s && legacy_kernel_name(old_key, *s))
+      sub.insert(key, "kernel");
     else
       n->visit([&](const auto& v) { sub.insert(key, v); });
     model->erase(old_key);
@@ -788,6 +801,7 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   // Parse the overrides first: the preset they name decides the base configuration.
   // Each is (dotted key, value, origin).
   std::vector<std::tuple<std::string, toml::table, std::string>> parsed;
+  std::map<std::string, std::string> spelled;  // key -> the old name it was given by, or ""
   std::string family = file["model"]["preset"].value_or(models::ModelConfig().preset);
   std::string size = file["model"]["size"].value_or(std::string());
   std::string task = file["data"]["task"].value_or(std::string());
@@ -800,19 +814,20 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     if (eq == std::string::npos || dot == std::string::npos || dot > eq)
       throw std::runtime_error(origin + ": expected section.key=value");
     std::string key = o.substr(0, eq);
-    std::string value = o.substr(eq + 1);
+    const std::string value = o.substr(eq + 1);
+    if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
+      throw std::runtime_error(origin + ": expected section.key=value");
     // The flat names of mixer fields (model.aib_weights) still work, with a note.
+    std::string legacy_key;
     for (const auto& [old_key, new_key] : models::legacy_model_keys())
       if (key == "model." + old_key) {
+        legacy_key = old_key;
         key = "model." + new_key;
         legacy.push_back("model." + old_key);
         const std::string section = new_key.substr(0, new_key.find('.'));
         if (std::find(legacy_sections.begin(), legacy_sections.end(), section) ==
             legacy_sections.end())
           legacy_sections.push_back(section);
-        if (key.size() > 5 && key.compare(key.size() - 5, 5, ".impl") == 0 &&
-            (value == "fused" || value == "fft" || value == "'fused'" || value == "'fft'"))
-          value = "kernel";
       }
     toml::table v;
     try {
@@ -839,6 +854,15 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
       }
       if (!v.contains("v")) v = toml::table{{"v", value}};  // a bare word is a string
     }
+    if (!legacy_key.empty())
+      if (const auto str = v["v"].value<std::string>(); str && legacy_kernel_name(legacy_key, *str))
+        v = toml::table{{"v", "kernel"}};
+    // An old and a new name for one key would silently let the later one win.
+    if (const auto it = spelled.find(key); it != spelled.end() && it->second != legacy_key)
+      throw std::runtime_error(origin + ": " + key + " is also given as " +
+                               (it->second.empty() ? key : "model." + it->second) +
+                               " (the old and the new name of one key); keep " + key);
+    spelled.emplace(key, legacy_key);
     if (key == "model.preset") family = v["v"].value_or(value);
     if (key == "model.size") size = v["v"].value_or(value);
     if (key == "data.task") task = v["v"].value_or(value);

@@ -63,6 +63,9 @@ struct Registered {
     spec.summary = "causal mean of the last 3 positions, then a linear map";
     spec.source = "tests/models/test_registry.cpp";
     spec.bidirectional = false;
+    spec.parameters = [](const models::ModelConfig& c) {  // proj: D x D weights and D biases
+      return static_cast<long double>(c.d_model) * (c.d_model + 1);
+    };
     spec.build = [](const models::ModelConfig& c, int64_t) {
       return std::make_shared<MovingAverageImpl>(c.d_model, 3);
     };
@@ -97,6 +100,10 @@ TEST(MixerRegistry, UnknownAndDuplicateNamesAreErrors) {
   again.build = [](const models::ModelConfig&, int64_t) {
     return std::shared_ptr<nn::MixerImpl>();
   };
+  again.parameters = [](const models::ModelConfig&) { return 0.0L; };
+  EXPECT_THROW(models::register_mixer(again), std::invalid_argument);
+  again.name = "no-formula";
+  again.parameters = nullptr;
   EXPECT_THROW(models::register_mixer(again), std::invalid_argument);
   EXPECT_THROW(models::unregister_mixer("aib"), std::invalid_argument);  // built-in
 }

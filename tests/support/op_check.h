@@ -157,6 +157,8 @@ inline void check_op_case(const ops::OpCase& c, const OpCheckOptions& o = {},
   const OpRun truth = run_op(c.reference, in32.to(at::kDouble), go32.to(at::kDouble));
   const OpRun r32 = run_op(c.reference, in32, go32);
   const bool padded = mask.defined() && !mask.all().item<bool>();
+  // A case named masked that pads nothing would skip every padding check below.
+  EXPECT_EQ(padded, c.masked) << "the case's mask must pad at least one position";
   const at::Tensor pad_out =
       padded ? broadcast_mask(mask.logical_not(), r64.out, c.out_seq_dim) : at::Tensor();
   if (padded) {

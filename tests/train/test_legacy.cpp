@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "seqmix/models/sequence_model.h"
 #include "seqmix/train/checkpoint.h"
@@ -80,6 +81,38 @@ TEST(Legacy, OldAndNewNameTogetherIsAnError) {
     EXPECT_NE(std::string(e.what()).find("model.aib_weights"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("model.aib.weights"), std::string::npos) << e.what();
   }
+}
+
+TEST(Legacy, HostileMixesOfOldAndNewNamesAreErrors) {
+  const std::string dir = seqmix::testing::temp_dir("legacy-hostile");
+  auto error_of = [&](const std::string& text, const std::vector<std::string>& overrides) {
+    const std::string path = dir + "/c.toml";
+    std::ofstream(path) << text;
+    try {
+      train::resolve_config(text.empty() ? "" : path, overrides);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A section that is not a table next to an old key for it (crashed the key mapping).
+  EXPECT_NE(error_of("[model]\naib = 5\naib_weights = 'exp'\n", {}).find(
+                "'model.aib' must be a table"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[model.ces]]\n[model]\nces_gate = true\n", {}).find("must be a table"),
+            std::string::npos);
+  // Only the two old names of the kernel map to it; other values stay errors.
+  EXPECT_NE(error_of("[model]\nces_impl = 'fft'\n", {}).find("model.ces.impl"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.attention_impl=fused"}).find("model.attention.impl"),
+            std::string::npos);
+  EXPECT_EQ(train::resolve_config("", {"model.aib_impl='fused'"}).model.aib.impl, "kernel");
+  // The old and the new name of one key in overrides: refused in either order.
+  for (const auto& pair : {std::vector<std::string>{"model.aib_weights=exp", "model.aib.weights=ones"},
+                           std::vector<std::string>{"model.aib.weights=ones", "model.aib_weights=exp"}})
+    EXPECT_NE(error_of("", pair).find("the old and the new name of one key"), std::string::npos);
+  EXPECT_NE(error_of("", {".x=1"}).find("section.key=value"), std::string::npos);
+  EXPECT_NE(error_of("", {"model..x=1"}).find("section.key=value"), std::string::npos);
 }
 
 TEST(Legacy, CheckpointLoadsIntoTheSameModel) {

@@ -13,12 +13,14 @@
 ///   spec.name = "moving-average";
 ///   spec.summary = "causal mean of the last 4 positions";
 ///   spec.bidirectional = false;
+///   spec.parameters = [](const ModelConfig& c) { return 1.0L * c.d_model * (c.d_model + 1); };
 ///   spec.build = [](const ModelConfig& c, int64_t) {
 ///     return std::make_shared<MovingAverageImpl>(c.d_model, 4);
 ///   };
 ///   seqmix::models::register_mixer(spec);
 ///   ModelConfig c;  c.mixers = {"moving-average", "attention"};
 ///   SequenceModel model(c);
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,8 +48,8 @@ struct MixerSpec {
   /// Builds the mixer of layer `layer` (0-based) of a model with configuration `c`.
   std::function<std::shared_ptr<nn::MixerImpl>(const ModelConfig& c, int64_t layer)> build;
   /// Trainable parameters of one layer's mixer (its block's FFN and norms are counted by the
-  /// caller from has_ffn), in long double so that no size overflows. Empty: counted by
-  /// building one layer (fine for small mixers defined in tests).
+  /// caller from has_ffn), in long double so that no size overflows. Required: configurations
+  /// are checked against the machine's memory before any layer is built.
   std::function<long double(const ModelConfig& c)> parameters;
   /// float32 values one layer's mixer keeps per position for backward (the training memory
   /// estimate, train/config.cpp), given the positions `L`. Empty: 3 D (its inputs and output).
@@ -57,13 +59,16 @@ struct MixerSpec {
   std::function<void(const ModelConfig& c)> validate;
 };
 
-/// Every mixer, built-ins first, in registration order.
-const std::vector<MixerSpec>& mixer_registry();
+/// Every mixer, built-ins first, in registration order. Registering keeps references to
+/// existing rows valid; unregistering invalidates them. Register mixers before building
+/// models: registration is serialised, but not against lookups running on other threads.
+const std::deque<MixerSpec>& mixer_registry();
 /// The row named `name`.
 /// @throws std::invalid_argument "unknown mixer 'x' (expected aib, attention, ...)".
 const MixerSpec& find_mixer(const std::string& name);
 /// Adds a mixer (for programs and tests defining their own).
-/// @throws std::invalid_argument if the name is empty or taken, or `build` is empty.
+/// @throws std::invalid_argument if the name is empty or taken, or `build` or `parameters`
+///         is empty.
 void register_mixer(MixerSpec spec);
 /// Removes a mixer added by register_mixer (tests). Built-ins cannot be removed.
 void unregister_mixer(const std::string& name);

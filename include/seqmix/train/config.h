@@ -84,7 +84,8 @@ struct RunConfig {
   /// The whole configuration as TOML (what --dump-config prints and checkpoints store).
   std::string to_toml() const;
   /// Parses a configuration written by to_toml (every key present, except keys added after
-  /// the first release, which default; old flat mixer keys are mapped, with a note).
+  /// the first release, which default; old flat mixer keys are mapped, with a note). A key
+  /// this version does not know (a hand edit, a newer seqmix) is an error naming it.
   /// @throws std::runtime_error naming `origin` and the bad key.
   static RunConfig from_toml(const std::string& text, const std::string& origin);
   /// Checks every key of every section, independently of the machine: sizes and counts in
