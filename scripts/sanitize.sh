@@ -22,4 +22,4 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --output-on-failure --parallel "$(nproc)" --timeout 1500 \
-  -E '^(Tokenizer\.|TokenizerTrain\.|BpeRun\.|Cli\.BpeTokenizer|HostileInputs\.NonModelTokenizer)'
+  -E '^(Tokenizer\.|TokenizerTrain\.|BpeRun\.|Cli\.BpeTokenizer|HostileInputs\.NonModelTokenizer|Resolve\.Tokenizer)'
