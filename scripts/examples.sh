@@ -88,4 +88,23 @@ case "$loaded" in
   *) echo "examples.sh: generate loaded '${loaded#calling init: }', not the installed plugin" >&2
      exit 1 ;;
 esac
+
+# The Python package as installed (examples/python/), with Debian's interpreter: it has
+# python3-torch, which the python3 first on PATH may not.
+pydir=$prefix/lib/python3/dist-packages
+if [ -d "$pydir/seqmix" ]; then
+  py() { PYTHONPATH=$pydir PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 "$@"; }
+  found=$(cd "$work" && py -c 'import seqmix, os; print(os.path.dirname(seqmix.__file__))')
+  [ "$found" = "$pydir/seqmix" ] \
+    || { echo "examples.sh: Python imported seqmix from '$found', not the installation" >&2; exit 1; }
+  step "python: char_lm.py, 30 steps with a plain PyTorch loop, then the CLI evaluates the run"
+  py "$here/examples/python/char_lm.py" "$work/sotu.txt" "$work/run-py" --steps 30 --max-len 64
+  "$prefix/bin/seqmix" eval "$work/run-py" >/dev/null
+  step "python: aib_in_pytorch.py, 30 steps"
+  py "$here/examples/python/aib_in_pytorch.py" --steps 30
+  step "python: load_and_generate.py on the CLI's run"
+  py "$here/examples/python/load_and_generate.py" "$work/run-bytes" --max-new-tokens 40 --no-eval
+else
+  step "python: not built (SEQMIX_BUILD_PYTHON=OFF), skipped"
+fi
 step "ok"

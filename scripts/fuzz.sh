@@ -23,7 +23,7 @@ fi
 if [ ! -f build-fuzz/CMakeCache.txt ]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSEQMIX_SANITIZE=address,undefined,fuzzer-no-link -DSEQMIX_BUILD_FUZZ=ON \
-    -DSEQMIX_BUILD_TESTS=OFF -DSEQMIX_BUILD_BENCH=OFF
+    -DSEQMIX_BUILD_TESTS=OFF -DSEQMIX_BUILD_BENCH=OFF -DSEQMIX_BUILD_PYTHON=OFF
 fi
 cmake --build build-fuzz --parallel "$(nproc)" --target "${targets[@]}"
 

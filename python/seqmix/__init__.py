@@ -1,0 +1,291 @@
+"""seqmix: sub-quadratic sequence models (AIB/Weird attention, the Extractor, ETSMLP's CES,
+and the softmax Transformer) for PyTorch, on the C++ kernels and models of libseqmix.
+
+Three entry points::
+
+    import seqmix                  # seqmix.build(...), seqmix.load(...): whole models
+    import seqmix.ops              # aib_scan, ces_scan, attention, extractor_conv (autograd)
+    import seqmix.nn               # AIBAttention, SelfAttention, CES, ESMLP, Extractor, Block
+
+A model is a torch.nn.Module (``Model``) whose parameters are the C++ model's tensors: train
+it with any torch.optim optimiser, save it as a run folder that the ``seqmix`` command line
+evaluates, generates from and trains further (``Model.save``), or load a run the command line
+trained (``seqmix.load``). Use Debian's /usr/bin/python3 (python3-torch 1.13, the LibTorch
+seqmix is built against) with ``PYTHONPATH=<build>/python``, or install the package with
+``cmake --install``.
+"""
+import os
+import tomllib
+
+import torch
+
+from . import _C
+from ._module import CppModule
+from .ops import _mask, _tensor
+
+__version__ = _C.__version__
+__all__ = ["build", "load", "Model", "Tokenizer", "__version__"]
+
+Tokenizer = _C.Tokenizer
+Tokenizer.__doc__ = """A seqmix tokenizer: bytes (vocabulary 256) or a SentencePiece model.
+encode(str) -> list[int]; decode(list[int]) -> str; vocab_size; name; is_bytes."""
+
+
+def _override(key, value):
+    """One ``section.key=value`` override as the command line's --set spells it."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_override("x", v).split("=", 1)[1] if not isinstance(v, str)
+                               else '"' + v + '"' for v in value) + "]"
+    else:
+        raise TypeError(f"{key}: expected a bool, number, string or list, "
+                        f"got {type(value).__name__}")
+    return f"{key}={text}"
+
+
+def _overrides(overrides):
+    # model keys by their bare names (d_model=128), a mixer section as a dict
+    # (aib={"weights": "exp"}), anything else by its dotted name (**{"train.lr": 1e-3}).
+    out = []
+    for key, value in overrides.items():
+        if "." in key:
+            dotted = key if key.split(".", 1)[0] in ("model", "data", "train") else "model." + key
+            out.append(_override(dotted, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                out.append(_override(f"model.{key}.{k}", v))
+        else:
+            out.append(_override("model." + key, value))
+    return out
+
+
+class Model(CppModule):
+    """A seqmix model (models/sequence_model.h): token and position embeddings, a stack of
+    blocks whose mixers the configuration names, a final norm, and a language-model head
+    (and a classification head for classifiers).
+
+    Attributes:
+        config: the resolved configuration as a dict of sections (``model``, ``data``,
+            ``train``), as ``config.toml`` of a run holds it.
+        tokenizer: the run's Tokenizer (bytes or SentencePiece).
+
+    forward(tokens [B, L] int64, mask=None) -> logits [B, L, vocab_size]; L <= max_len.
+    Raises RuntimeError naming the problem for L > max_len or a token out of range.
+    """
+
+    def __init__(self, cpp, run_config, tokenizer):
+        super().__init__(cpp)
+        self._run_config = run_config
+        self.tokenizer = tokenizer
+
+    @property
+    def config(self):
+        return tomllib.loads(self._run_config.to_toml())
+
+    def forward(self, tokens, mask=None):
+        return _C.model_forward(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
+
+    def hidden(self, tokens, mask=None):
+        """Hidden states after the final norm: tokens [B, L] -> [B, L, d_model]."""
+        return _C.model_hidden(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
+
+    def pooled(self, tokens, mask=None):
+        """One vector per sequence: mean over valid positions (encoders) or the last valid
+        position (decoders): tokens [B, L] -> [B, d_model]."""
+        return _C.model_pooled(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
+
+    def classify(self, tokens, mask=None):
+        """Class logits of a classifier (a run trained with --task): tokens [B, L],
+        mask [B, L] -> [B, n_classes]. RuntimeError if the model has no classification head."""
+        return _C.model_classify(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
+
+    @torch.no_grad()
+    def generate(self, prompt, max_new_tokens=256, *, temperature=1.0, top_k=0, top_p=1.0,
+                 seed=0):
+        """Samples a continuation with incremental decoding (each new token costs one step
+        of every mixer's cache, as ``seqmix generate``), in eval mode.
+
+        Args:
+            prompt: text (str, encoded with the model's tokenizer) or token ids (a list of
+                int or a 1-D int tensor).
+            max_new_tokens: tokens to generate (>= 0).
+            temperature: 0 = greedy; top_k: keep the k most likely (0 = all); top_p: nucleus
+                sampling threshold in (0, 1]; seed: the sampler's seed (same seed, same text).
+
+        Returns:
+            str for a text prompt (invalid UTF-8 at a byte-level model's cut is replaced by
+            U+FFFD), else the list of new token ids.
+        """
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+        if not isinstance(top_k, int) or isinstance(top_k, bool):
+            raise ValueError(f"top_k: expected an int >= 0, got {top_k!r}")
+        was_training = self.training
+        self.eval()
+        try:
+            args = (max_new_tokens, float(temperature), top_k, float(top_p), seed)
+            if isinstance(prompt, str):
+                out = _C.generate_text(self._cpp, self.tokenizer, prompt, *args)
+                return out.decode("utf-8", errors="replace")
+            if isinstance(prompt, torch.Tensor):
+                if prompt.dim() != 1 or prompt.dtype.is_floating_point:
+                    raise ValueError("prompt: expected a 1-D integer tensor of token ids, got "
+                                     f"shape {list(prompt.shape)} dtype {prompt.dtype}")
+                prompt = prompt.tolist()
+            if not isinstance(prompt, (list, tuple)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                raise TypeError("prompt: expected a str or a list of token ids")
+            return _C.generate_tokens(self._cpp, list(prompt), *args)
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def evaluate(self, data=None, *, split=None, batch_size=None):
+        """``seqmix eval`` on this model: the held-out split of the configuration's corpus
+        (or ``data``, a corpus name or text file, ``split`` 'valid' or 'test'), scored with the
+        training objective over non-overlapping windows of max_len.
+
+        Returns:
+            dict with split, loss (nats per token), perplexity, bpc (bits per byte of text),
+            tokens, bytes, seconds.
+        """
+        if batch_size is None:
+            batch_size = self.config["train"]["batch_size"]
+        was_training = self.training
+        self.eval()
+        try:
+            return _C.evaluate(self._cpp, self._run_config, self.tokenizer, data or "",
+                               split or "", batch_size)
+        finally:
+            self.train(was_training)
+
+    def save(self, run_dir, *, step=0, overwrite=False):
+        """Writes a run folder (checkpoint.pt and config.toml) that the command line reads:
+        ``seqmix eval RUN``, ``seqmix generate RUN``, and ``seqmix train --out RUN --resume
+        --max-steps N`` (which continues from ``step`` with a fresh AdamW state: an optimiser's
+        moments from Python are not carried over).
+
+        A folder that already holds a run is refused unless ``overwrite``; the checkpoint is
+        written atomically. Raises RuntimeError naming the folder on failure.
+        """
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step: expected an int >= 0, got {step!r}")
+        _C.save_run(os.fspath(run_dir), self._cpp, self._run_config, self.tokenizer, step,
+                    bool(overwrite))
+
+
+def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=None, seed=None,
+          **overrides):
+    """A new, randomly initialised model, configured as ``seqmix train`` would configure it:
+    the preset, then ``size``, then a TOML file (``config``), then the tokenizer, then the
+    overrides.
+
+    Args:
+        preset: a model preset (``seqmix info`` lists them): 'weird-net', 'weird-net-a',
+            'moss', 'transformer', 'extractor-transformer', 'transformer-plain',
+            'etsmlp-lm', 'etsmlp-gate-lm', 'etsmlp', 'etsmlp-gate', ...
+        size: 'tiny', 'mini', 'base', 'small', 'medium', 'large', 'table1' or None (the
+            preset's default); with a task, 'cpu' or 'paper'.
+        task: a classification task ('listops', 'text', 'retrieval', 'image', 'pathfinder',
+            'pathx'; docs/TASKS.md) or None for language modelling: the model gets the task's
+            vocabulary, length and classification head, as ``seqmix train --task`` does.
+        config: path of a TOML configuration file, or None.
+        tokenizer: 'bytes' (default) or a SentencePiece model file; sets vocab_size.
+        seed: seeds torch's generator before the weights are drawn (as ``train.seed`` does
+            for ``seqmix train``); None draws from its current state.
+        overrides: model keys by name (``d_model=128, n_layers=2, max_len=512``), a mixer
+            section as a dict (``aib={"weights": "exp"}``), or any dotted key
+            (``**{"train.lr": 1e-3}``).
+
+    Returns:
+        Model, in training mode.
+
+    Raises:
+        ValueError / RuntimeError naming the key, value or file that is wrong (an unknown
+        preset or key, a value out of range, an unreadable tokenizer).
+    """
+    if not isinstance(preset, str):
+        raise TypeError(f"preset: expected a str, got {type(preset).__name__}")
+    request = [f"model.preset={preset}"]
+    if size is not None:
+        if not isinstance(size, str):
+            raise TypeError(f"size: expected a str, got {type(size).__name__}")
+        request.append(f"model.size={size}")
+    if task is not None:
+        if not isinstance(task, str):
+            raise TypeError(f"task: expected a str, got {type(task).__name__}")
+        request.append(f"data.task={task}")
+    request += _overrides(overrides)
+    if seed is not None:
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+        torch.manual_seed(seed)
+    cpp, run_config, tok = _C.build_run(os.fspath(config) if config is not None else "",
+                                        os.fspath(tokenizer) if tokenizer is not None else "",
+                                        request)
+    return Model(cpp, run_config, tok)
+
+
+def load(path, *, preset=None, size=None, config=None, tokenizer=None, **overrides):
+    """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file, or a
+    bare state dict saved from Python (``torch.save(dict(model.state_dict()), f)``); in eval
+    mode, with the run's tokenizer.
+
+    The configuration comes from the run or export file; for a bare state dict give it as
+    ``build`` takes it (``preset``, ``size``, ``config``, ``tokenizer``, overrides).
+
+    Raises:
+        RuntimeError naming the path and what is wrong: missing, corrupt, or a parameter
+        whose name or shape the configuration does not have.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such run folder or file")
+    bare = preset is not None or size is not None or config is not None or \
+        tokenizer is not None or bool(overrides)
+    if os.path.isdir(path) or (not bare and _is_checkpoint(path)):
+        if bare:
+            raise ValueError(f"{path}: a run brings its own configuration; preset, size, "
+                             "config, tokenizer and overrides are for bare state dicts only")
+        cpp, run_config, tok = _C.load_run(path)
+    else:
+        request = None
+        if bare:
+            request = [f"model.preset={preset or 'weird-net'}"]
+            if size is not None:
+                request.append(f"model.size={size}")
+            request += _overrides(overrides)
+        cpp, run_config, tok = _C.load_export(
+            path, request, os.fspath(config) if config is not None else "",
+            os.fspath(tokenizer) if tokenizer is not None else "")
+    model = Model(cpp, run_config, tok)
+    model.eval()
+    return model
+
+
+def _is_checkpoint(path):
+    # A seqmix checkpoint is a LibTorch archive (torch::serialize::OutputArchive), which
+    # holds "<name>/constants.pkl"; an export or a torch.save'd state dict is a plain pickle
+    # archive without it. Decided by the zip listing, not the file name; a file that is no
+    # zip at all goes to load_export, which says what it is not.
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/constants.pkl") for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def export(run, file, *, overwrite=False):
+    """``seqmix export RUN --out FILE``: the run's state dict (names as ``state_dict()``
+    gives them) and resolved configuration (a dict) in a file that plain ``torch.load``
+    opens without seqmix. Refuses an existing file unless ``overwrite``."""
+    _C.export_run(os.fspath(run), os.fspath(file), bool(overwrite))

@@ -1,0 +1,206 @@
+"""seqmix's sequence-mixing ops as differentiable PyTorch functions.
+
+Each function calls the C++ op of libseqmix (include/seqmix/ops/*.h) on the tensors given,
+with no copy: the optimised CPU kernel by default (``impl='kernel'``), or the literal paper
+algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both carry
+their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
+``gradcheck``) works through them. Inputs are CPU tensors of one dtype, float32 or float64.
+
+Legend: B batch, L sequence length, D channels, H heads (attention) or channels (CES).
+
+Errors: a wrong type raises TypeError naming the argument; a wrong choice ValueError naming
+the argument and the choices; a shape or dtype the op refuses RuntimeError with the op's
+message, which names the argument (e.g. "aib_scan: v must have the shape of a ...").
+"""
+import collections
+
+import torch
+
+from . import _C
+
+__all__ = ["aib_scan", "aib_num_levels", "aib_level_weights", "CESCoefficients",
+           "ces_coefficients", "ces_scan", "attention", "extractor_conv"]
+
+_DIRECTIONS = ("causal", "bidirectional")
+_IMPLS = ("kernel", "reference")
+_AIB_WEIGHTS = ("prefix_exp", "exp", "ones")
+
+
+def _tensor(name, value, optional=False):
+    if value is None and optional:
+        return None
+    if not isinstance(value, torch.Tensor):
+        kind = "a tensor or None" if optional else "a tensor"
+        raise TypeError(f"{name}: expected {kind}, got {type(value).__name__}")
+    if value.device.type != "cpu":
+        raise ValueError(f"{name}: seqmix runs on the CPU, got a tensor on {value.device}")
+    return value
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _mask(name, value):
+    value = _tensor(name, value, optional=True)
+    if value is not None and value.dtype != torch.bool:
+        raise ValueError(f"{name}: expected a bool tensor [B, L] (True = valid position), "
+                         f"got dtype {value.dtype}")
+    return value
+
+
+def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", impl="kernel"):
+    """AIB attention (alias Weird attention) scan: Moss Sec. III, Weird-Net Sec. III.B,
+    eqs. 29-38, Algorithms 1 (causal) and 2 (bidirectional).
+
+    With E = exp(A), H = E * V, U = E and per-level distance weights W_j (from ``w``)::
+
+        for j in range(ceil(log2 L)):
+            H[:, 2**j:] += H[:, :-2**j] * W_j;  U[:, 2**j:] += U[:, :-2**j] * W_j
+        O = H / U
+
+    i.e. O_i is a softmax over the prefix with the prior a_{i-j} = prod_{k in bits(i-j)} W_k.
+    Bidirectional: channels [0, D/2) run the prefix form, [D/2, D) the mirrored suffix form.
+
+    Args:
+        a: A = X W_A [B, L, D], float32 or float64.
+        v: V = X W_V [B, L, D], same dtype.
+        w: level parameters [K, D], K >= ceil(log2 L) (``aib_num_levels``); may be None when
+            ``weights='ones'``.
+        mask: [B, L] bool, True = valid position, or None. Padded positions contribute
+            nothing and output 0; a position with no valid input in its window outputs 0.
+        direction: 'causal' or 'bidirectional' (D even).
+        weights: 'prefix_exp' (W = exp(cumsum(w)), eq. 34), 'exp' (W = exp(w)) or 'ones'
+            (PS attention).
+        impl: 'kernel' (fused CPU scan, O(B L D log L), never overflows where the result is
+            finite) or 'reference' (Algorithm 1/2 literally in ATen ops).
+
+    Returns:
+        O [B, L, D]; gradients flow to a, v and w.
+
+    Example::
+
+        o = seqmix.ops.aib_scan(a, v, w)      # [B, L, D]
+        o.sum().backward()
+    """
+    _tensor("a", a)
+    _tensor("v", v)
+    _choice("weights", weights, _AIB_WEIGHTS)
+    _tensor("w", w, optional=weights == "ones")
+    return _C.aib_scan(a, v, w, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS),
+                       weights, _choice("impl", impl, _IMPLS))
+
+
+def aib_num_levels(max_len):
+    """Number K of distance levels for sequences up to ``max_len``: ceil(log2 max_len), >= 1."""
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise ValueError(f"max_len: expected a positive int, got {max_len!r}")
+    return _C.aib_num_levels(max_len)
+
+
+def aib_level_weights(w, weights="prefix_exp"):
+    """Per-level distance weights W [K, D] (W_j multiplies distance 2**j) from w [K, D]:
+    exp(cumsum(w, 0)) for 'prefix_exp', exp(w) for 'exp', ones for 'ones'."""
+    return _C.aib_level_weights(_tensor("w", w), _choice("weights", weights, _AIB_WEIGHTS))
+
+
+CESCoefficients = collections.namedtuple("CESCoefficients", ["q", "mu", "c"])
+CESCoefficients.__doc__ = """The CES recurrence's per-channel coefficients, each [C, 2]
+(real, imaginary): q (constrained log of mu), mu = exp(q), c (output weights)."""
+
+
+def ces_coefficients(log_lambda, log_alpha, log_beta, *, max_lambda=0.9999, normalize=False):
+    """Complex exponential smoothing coefficients: ETSMLP Sec. 3.1, eqs. 10-12 (the authors'
+    code, module/smlp_module.py, class CETS)::
+
+        q = exp(log_lambda) * alpha,  alpha = e^{a0} + i e^{a1},  mu = exp(q)
+        if |mu| > max_lambda: Re q = log(max_lambda)
+        c = exp(log_beta) (1 - mu)  [* sqrt(1 - |mu|^2) if normalize]
+
+    Args:
+        log_lambda, log_alpha, log_beta: [C, 2] float32 or float64 (complex as [.., 2]).
+        max_lambda: bound on |mu| in (0, 1].
+        normalize: the LRU-style normalisation of c.
+
+    Returns:
+        CESCoefficients(q, mu, c), each [C, 2], differentiable in the three parameters.
+    """
+    for name, t in (("log_lambda", log_lambda), ("log_alpha", log_alpha),
+                    ("log_beta", log_beta)):
+        _tensor(name, t)
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
+    return CESCoefficients(*_C.ces_coefficients(log_lambda, log_alpha, log_beta,
+                                                float(max_lambda), normalize))
+
+
+def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
+    """Complex exponential smoothing over the sequence: ETSMLP eq. 10 (causal),
+    eq. 14 (bidirectional)::
+
+        y_t = sum_{n <= t} Re(c mu^(t-n)) x_n        (s_t = mu s_{t-1} + x_t, y_t = Re(c s_t))
+
+    bidirectional adds sum_{n > t} Re(c' mu'^(n-t-1)) x_n with the second half of the rows.
+
+    Args:
+        x: [B, L, H] float32 or float64.
+        coef: ``ces_coefficients(...)`` with C = H rows (causal) or 2 H (bidirectional: rows
+            [0, H) forward, [H, 2H) backward).
+        mask: [B, L] bool (True = valid) or None; padded inputs are zeroed, their outputs 0.
+        direction: 'causal' or 'bidirectional'.
+        impl: 'kernel' (the complex recurrence, O(B H L), hand-written backward) or
+            'reference' (the authors' FFT convolution with the Vandermonde kernel).
+
+    Returns:
+        y [B, L, H] (the module's shortcut omega x is not included).
+    """
+    _tensor("x", x)
+    if not isinstance(coef, tuple) or len(coef) != 3:
+        raise TypeError("coef: expected the CESCoefficients that ces_coefficients returns, "
+                        f"got {type(coef).__name__}")
+    q, mu, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
+    return _C.ces_scan(x, q, mu, c, _mask("mask", mask),
+                       _choice("direction", direction, _DIRECTIONS), _choice("impl", impl, _IMPLS))
+
+
+def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
+    """Scaled dot-product softmax attention (Vaswani et al. 2017, eq. 1)::
+
+        O_h = softmax(Q_h K_h^T / sqrt(d_head) + M) V_h
+
+    M = -inf for padded keys and, if causal, future keys. A query that sees no key outputs 0.
+
+    Args:
+        q, k, v: [B, H, L, d_head], float32 or float64.
+        key_mask: [B, L] bool (True = valid key) or None.
+        direction: 'causal' or 'bidirectional'.
+        impl: 'kernel' (fused, flash-attention's scheme on the CPU: never stores the [L, L]
+            scores; first-order gradients) or 'reference' (the literal formula in ATen ops).
+
+    Returns:
+        O [B, H, L, d_head].
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t)
+    return _C.attention(q, k, v, _mask("key_mask", key_mask),
+                        _choice("direction", direction, _DIRECTIONS), _choice("impl", impl, _IMPLS))
+
+
+def extractor_conv(x, w, *, impl="kernel"):
+    """The Extractor's extraction (The Extractor, Sec. 5, eq. 18): a causal convolution with
+    one D x D matrix per lag::
+
+        ext[i] = sum_{k=0..i} x[i - k] @ W[k]
+
+    Args:
+        x: [B, t, D] float32 or float64.
+        w: [l, D, D] lag matrices, l >= t.
+        impl: 'kernel' (FFT over the sequence, one batched complex matmul per frequency) or
+            'reference' (the literal per-lag sum, O(t^2 D^2)).
+
+    Returns:
+        ext [B, t, D].
+    """
+    return _C.extractor_conv(_tensor("x", x), _tensor("w", w), _choice("impl", impl, _IMPLS))

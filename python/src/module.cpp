@@ -1,0 +1,37 @@
+// The seqmix._C extension module: python/seqmix/ imports it; users import seqmix, not this.
+#include <stdexcept>
+
+#include "bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
+  m.attr("__version__") = SEQMIX_VERSION;
+  // LibTorch's checks (TORCH_CHECK) throw c10::Error, whose what() carries a C++ backtrace:
+  // Python users get the message alone, as the exception type Python code expects.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const c10::IndexError& e) {
+      PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+    } catch (const c10::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+    } catch (const c10::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+    } catch (const c10::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+    } catch (const std::logic_error& e) {
+      // std::invalid_argument and std::domain_error are users' bad values (pybind11 maps them
+      // to ValueError too); other logic errors say what a call cannot do (an encoder asked to
+      // decode step by step).
+      if (dynamic_cast<const std::invalid_argument*>(&e) ||
+          dynamic_cast<const std::domain_error*>(&e) ||
+          dynamic_cast<const std::out_of_range*>(&e) || dynamic_cast<const std::length_error*>(&e))
+        PyErr_SetString(PyExc_ValueError, e.what());
+      else
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+  seqmix::python::bind_ops(m);
+  seqmix::python::bind_modules(m);
+  seqmix::python::bind_runs(m);
+}

@@ -1,0 +1,205 @@
+// seqmix._C: the run layer (train/resolve.h, train/export.h, generate/sampler.h,
+// train/evaluate.h) and the ops benchmark, for seqmix.build / seqmix.load / Model.save /
+// Model.generate / Model.evaluate and `python -m seqmix.bench`. Everything a front end decides
+// (configuration order, tokenizer -> vocab_size, checkpoint checks, the run-folder rules) is
+// the library's, exactly as the CLI gets it.
+#include <nlohmann/json.hpp>
+
+#include "bindings.h"
+#include "seqmix/bench/ops_bench.h"
+#include "seqmix/data/tokenizer.h"
+#include "seqmix/generate/sampler.h"
+#include "seqmix/models/sequence_model.h"
+#include "seqmix/train/config.h"
+#include "seqmix/train/evaluate.h"
+#include "seqmix/train/export.h"
+#include "seqmix/train/resolve.h"
+
+namespace seqmix::python {
+namespace {
+
+using ModulePtr = std::shared_ptr<torch::nn::Module>;
+
+// A model handle as the C++ model (the Python side only ever passes handles it got from here).
+models::SequenceModel model_of(const ModulePtr& module) {
+  auto p = std::dynamic_pointer_cast<models::SequenceModelImpl>(module);
+  if (!p) throw py::type_error("expected a seqmix model, got the C++ module '" +
+                               (module ? module->name() : std::string("None")) + "'");
+  return models::SequenceModel(p);
+}
+
+py::tuple loaded(train::LoadedRun run) {
+  return py::make_tuple(ModulePtr(run.model.ptr()), std::move(run.config),
+                        std::move(run.tokenizer));
+}
+
+py::object to_python(const nlohmann::json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+}  // namespace
+
+void bind_runs(py::module_& m) {
+  py::class_<train::RunConfig>(m, "RunConfig", py::module_local())
+      .def("to_toml", &train::RunConfig::to_toml)
+      .def_static("from_toml", &train::RunConfig::from_toml, py::arg("text"), py::arg("origin"))
+      .def("validate", &train::RunConfig::validate);
+
+  py::class_<data::Tokenizer>(m, "Tokenizer", py::module_local())
+      .def_static("bytes", &data::Tokenizer::bytes)
+      .def_static("load", &data::Tokenizer::load, py::arg("path"))
+      .def_property_readonly("vocab_size", &data::Tokenizer::vocab_size)
+      .def_property_readonly("name", &data::Tokenizer::name)
+      .def_property_readonly("is_bytes", &data::Tokenizer::is_bytes)
+      .def("encode", &data::Tokenizer::encode, py::arg("text"))
+      .def("decode", &data::Tokenizer::decode, py::arg("ids"))
+      .def("serialized",
+           [](const data::Tokenizer& t) { return py::bytes(t.serialized()); });
+
+  // (model handle, RunConfig, Tokenizer) from a configuration request, as `seqmix train`
+  // resolves one: preset, then a TOML file, then the tokenizer, then overrides.
+  m.def(
+      "build_run",
+      [](const std::string& config_path, const std::string& tokenizer,
+         const std::vector<std::string>& overrides) {
+        train::RunRequest request;
+        request.config_path = config_path;
+        request.tokenizer = tokenizer;
+        request.overrides = overrides;
+        train::LoadedRun run;
+        run.config = train::resolve_run(request);
+        run.tokenizer = train::resolve_tokenizer(run.config);
+        run.model = models::SequenceModel(run.config.model);
+        return loaded(std::move(run));
+      },
+      py::arg("config_path"), py::arg("tokenizer"), py::arg("overrides"));
+  m.def(
+      "load_run", [](const std::string& path) { return loaded(train::load_run(path)); },
+      py::arg("path"));
+  m.def(
+      "load_export",
+      [](const std::string& file, const c10::optional<std::vector<std::string>>& overrides,
+         const std::string& config_path, const std::string& tokenizer) {
+        if (!overrides) return loaded(train::load_export(file, nullptr));
+        train::RunRequest request;
+        request.config_path = config_path;
+        request.tokenizer = tokenizer;
+        request.overrides = *overrides;
+        return loaded(train::load_export(file, &request));
+      },
+      py::arg("file"), py::arg("overrides"), py::arg("config_path"), py::arg("tokenizer"));
+  m.def(
+      "save_run",
+      [](const std::string& out_dir, const ModulePtr& module, const train::RunConfig& config,
+         const data::Tokenizer& tokenizer, int64_t step, bool overwrite) {
+        models::SequenceModel model = model_of(module);
+        train::save_run(out_dir, model, config, tokenizer, step, overwrite);
+      },
+      py::arg("out_dir"), py::arg("model"), py::arg("config"), py::arg("tokenizer"),
+      py::arg("step"), py::arg("overwrite"));
+  m.def(
+      "export_run",
+      [](const std::string& run, const std::string& out_file, bool overwrite) {
+        train::export_run(run, out_file, overwrite);
+      },
+      py::arg("run"), py::arg("out_file"), py::arg("overwrite"));
+
+  // Sampling with incremental decoding (generate/sampler.h); the GIL is released while the
+  // C++ loop runs.
+  m.def(
+      "generate_tokens",
+      [](const ModulePtr& module, const data::TokenIds& prompt, int64_t max_new_tokens,
+         double temperature, int64_t top_k, double top_p, uint64_t seed) {
+        models::SequenceModel model = model_of(module);
+        generate::SamplingOptions options;
+        options.temperature = temperature;
+        options.top_k = top_k;
+        options.top_p = top_p;
+        generate::validate(options);
+        py::gil_scoped_release release;
+        return generate::generate_tokens(model, prompt, max_new_tokens, options, seed);
+      },
+      py::arg("model"), py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
+      py::arg("top_k"), py::arg("top_p"), py::arg("seed"));
+  m.def(
+      "generate_text",
+      [](const ModulePtr& module, const data::Tokenizer& tokenizer, const std::string& prompt,
+         int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
+         uint64_t seed) {
+        models::SequenceModel model = model_of(module);
+        generate::SamplingOptions options;
+        options.temperature = temperature;
+        options.top_k = top_k;
+        options.top_p = top_p;
+        generate::validate(options);
+        std::string text;
+        {
+          py::gil_scoped_release release;
+          text = generate::generate_text(model, tokenizer, prompt, max_new_tokens, options, seed);
+        }
+        // Bytes, not str: a byte-level model may stop inside a UTF-8 sequence.
+        return py::bytes(text);
+      },
+      py::arg("model"), py::arg("tokenizer"), py::arg("prompt"), py::arg("max_new_tokens"),
+      py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"));
+
+  // `seqmix eval` on a loaded run: the held-out split its configuration names (or `data`,
+  // `split`), scored with the training objective. Returns the same figures the CLI prints.
+  m.def(
+      "evaluate",
+      [](const ModulePtr& module, train::RunConfig config, const data::Tokenizer& tokenizer,
+         const std::string& data, const std::string& split, int64_t batch_size) {
+        models::SequenceModel model = model_of(module);
+        train::EvalRequest request;
+        request.run = "model";
+        request.data = data;
+        request.split = split;
+        train::EvalSet set = train::load_eval_set(config, tokenizer, request);
+        if (set.classification)
+          throw py::value_error(
+              "evaluate: this model is a classifier; use classify() on its task's examples");
+        train::EvalResult r;
+        {
+          py::gil_scoped_release release;
+          r = train::evaluate(model, set.tokens, tokenizer, batch_size);
+        }
+        py::dict out;
+        out["split"] = set.split;
+        out["loss"] = r.loss;
+        out["perplexity"] = r.perplexity;
+        out["bpc"] = r.bpc;
+        out["tokens"] = r.tokens;
+        out["bytes"] = r.bytes;
+        out["seconds"] = r.seconds;
+        return out;
+      },
+      py::arg("model"), py::arg("config"), py::arg("tokenizer"), py::arg("data"),
+      py::arg("split"), py::arg("batch_size"));
+
+  // `seqmix bench ops` in this process, so that python -m seqmix.bench compares a Python
+  // call with the C++ one under the same allocator, threads and machine state.
+  m.def(
+      "run_ops_bench",
+      [](const std::vector<int64_t>& lengths, int64_t batch, int64_t d_model, int64_t n_heads,
+         int64_t reps, const std::vector<std::string>& ops) {
+        bench::OpsBenchOptions o;
+        o.lengths = lengths;
+        o.batch = batch;
+        o.d_model = d_model;
+        o.n_heads = n_heads;
+        o.reps = reps;
+        o.ops = ops;
+        std::vector<nlohmann::json> rows;
+        {
+          py::gil_scoped_release release;
+          bench::run_ops_bench(o, [&](const nlohmann::json& j) { rows.push_back(j); });
+        }
+        py::list out;
+        for (const auto& j : rows) out.append(to_python(j));
+        return out;
+      },
+      py::arg("lengths"), py::arg("batch"), py::arg("d_model"), py::arg("n_heads"),
+      py::arg("reps"), py::arg("ops"));
+}
+
+}  // namespace seqmix::python
