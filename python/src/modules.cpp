@@ -176,19 +176,19 @@ void bind_modules(py::module_& m) {
       [](const ModulePtr& module, const at::Tensor& x, const c10::optional<at::Tensor>& mask) {
         return as<sn::MixerImpl>(module, "a seqmix mixer")->forward(x, or_undefined(mask));
       },
-      py::arg("module"), py::arg("x"), py::arg("mask"));
+      py::arg("module"), py::arg("x"), py::arg("mask"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "ces_forward",
       [](const ModulePtr& module, const at::Tensor& x, const c10::optional<at::Tensor>& mask) {
         return as<sn::CESImpl>(module, "seqmix CES")->forward(x, or_undefined(mask));
       },
-      py::arg("module"), py::arg("x"), py::arg("mask"));
+      py::arg("module"), py::arg("x"), py::arg("mask"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "block_forward",
       [](const ModulePtr& module, const at::Tensor& x, const c10::optional<at::Tensor>& mask) {
         return as<sn::BlockImpl>(module, "a seqmix Block")->forward(x, or_undefined(mask));
       },
-      py::arg("module"), py::arg("x"), py::arg("mask"));
+      py::arg("module"), py::arg("x"), py::arg("mask"), py::call_guard<py::gil_scoped_release>());
 
   // ---- whole models ----------------------------------------------------------------------
   using models::SequenceModelImpl;
@@ -197,26 +197,30 @@ void bind_modules(py::module_& m) {
       [](const ModulePtr& module, const at::Tensor& tokens, const c10::optional<at::Tensor>& mask) {
         return as<SequenceModelImpl>(module, "a seqmix model")->forward(tokens, or_undefined(mask));
       },
-      py::arg("model"), py::arg("tokens"), py::arg("mask"));
+      py::arg("model"), py::arg("tokens"), py::arg("mask"),
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "model_hidden",
       [](const ModulePtr& module, const at::Tensor& tokens, const c10::optional<at::Tensor>& mask) {
         return as<SequenceModelImpl>(module, "a seqmix model")->hidden(tokens, or_undefined(mask));
       },
-      py::arg("model"), py::arg("tokens"), py::arg("mask"));
+      py::arg("model"), py::arg("tokens"), py::arg("mask"),
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "model_pooled",
       [](const ModulePtr& module, const at::Tensor& tokens, const c10::optional<at::Tensor>& mask) {
         return as<SequenceModelImpl>(module, "a seqmix model")->pooled(tokens, or_undefined(mask));
       },
-      py::arg("model"), py::arg("tokens"), py::arg("mask"));
+      py::arg("model"), py::arg("tokens"), py::arg("mask"),
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "model_classify",
       [](const ModulePtr& module, const at::Tensor& tokens, const c10::optional<at::Tensor>& mask) {
         return as<SequenceModelImpl>(module, "a seqmix model")
             ->classify(tokens, or_undefined(mask));
       },
-      py::arg("model"), py::arg("tokens"), py::arg("mask"));
+      py::arg("model"), py::arg("tokens"), py::arg("mask"),
+      py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace seqmix::python

@@ -1,7 +1,8 @@
 // seqmix._C: the ops (include/seqmix/ops/*.h) as Python functions. Each is the C++ op itself,
 // a torch::autograd::Function or ATen code, so Python autograd runs the C++ backward. The
 // keyword arguments, their checks and the docstrings users read are in python/seqmix/ops.py;
-// here the arguments arrive positionally, already named and checked.
+// here the arguments arrive positionally, already named and checked. The GIL is released
+// while an op computes (other Python threads run; LibTorch's own ops do the same).
 #include "bindings.h"
 
 #include "seqmix/ops/aib_scan.h"
@@ -33,7 +34,7 @@ void bind_ops(py::module_& m) {
                             so::parse_backend(impl));
       },
       py::arg("a"), py::arg("v"), py::arg("w"), py::arg("mask"), py::arg("direction"),
-      py::arg("weights"), py::arg("impl"));
+      py::arg("weights"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
   m.def("aib_num_levels", &so::aib_num_levels, py::arg("max_len"));
   m.def(
       "aib_level_weights",
@@ -61,7 +62,7 @@ void bind_ops(py::module_& m) {
                             so::parse_direction(direction), so::parse_backend(impl));
       },
       py::arg("x"), py::arg("q"), py::arg("mu"), py::arg("c"), py::arg("mask"),
-      py::arg("direction"), py::arg("impl"));
+      py::arg("direction"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
 
   m.def(
       "attention",
@@ -72,14 +73,14 @@ void bind_ops(py::module_& m) {
                              so::parse_backend(impl));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("key_mask"), py::arg("direction"),
-      py::arg("impl"));
+      py::arg("impl"), py::call_guard<py::gil_scoped_release>());
 
   m.def(
       "extractor_conv",
       [](const at::Tensor& x, const at::Tensor& w, const std::string& impl) {
         return so::extractor_conv(x, w, so::parse_backend(impl));
       },
-      py::arg("x"), py::arg("w"), py::arg("impl"));
+      py::arg("x"), py::arg("w"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace seqmix::python

@@ -52,7 +52,17 @@ void bind_runs(py::module_& m) {
       .def_property_readonly("name", &data::Tokenizer::name)
       .def_property_readonly("is_bytes", &data::Tokenizer::is_bytes)
       .def("encode", &data::Tokenizer::encode, py::arg("text"))
-      .def("decode", &data::Tokenizer::decode, py::arg("ids"))
+      // str; bytes that are not UTF-8 (a byte-level piece of a character) become U+FFFD.
+      .def(
+          "decode",
+          [](const data::Tokenizer& t, const data::TokenIds& ids) {
+            const std::string text = t.decode(ids);
+            PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
+                                               "replace");
+            if (!s) throw py::error_already_set();
+            return py::reinterpret_steal<py::str>(s);
+          },
+          py::arg("ids"))
       .def("serialized",
            [](const data::Tokenizer& t) { return py::bytes(t.serialized()); });
 

@@ -62,6 +62,18 @@ at::Tensor SequenceModelImpl::hidden(const at::Tensor& tokens, const at::Tensor&
   const int64_t L = tokens.size(1);
   TORCH_CHECK(L <= config_.max_len, "SequenceModel: sequence length ", L, " exceeds max_len ",
               config_.max_len);
+  if (tokens.numel() > 0) {
+    // The embedding's own check says only "index out of range in self".
+    const auto [lo, hi] = at::aminmax(tokens);
+    TORCH_CHECK_INDEX(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < config_.vocab_size,
+                      "SequenceModel: token ids must be in [0, ", config_.vocab_size,
+                      ") (model.vocab_size), got ", lo.item<int64_t>(), " .. ",
+                      hi.item<int64_t>());
+  }
+  if (mask.defined())
+    TORCH_CHECK(mask.scalar_type() == at::kBool && mask.sizes() == tokens.sizes(),
+                "SequenceModel: mask must be bool ", tokens.sizes(), " like tokens, got ",
+                mask.scalar_type(), " ", mask.sizes());
   at::Tensor x = tok_emb(tokens) + pos_emb.narrow(0, 0, L);
   if (config_.dropout > 0 && is_training()) x = at::dropout(x, config_.dropout, true);
   for (const auto& m : *blocks) x = m->as<nn::BlockImpl>()->forward(x, mask);

@@ -242,3 +242,25 @@ TEST(SequenceModel, ClassificationHeadLearnsAToyTask) {
 }
 
 }  // namespace
+
+TEST(SequenceModel, TokenIdsAndMaskAreChecked) {
+  models::ModelConfig c = models::make_model_config("weird-net", "tiny");
+  c.max_len = 16;
+  models::SequenceModel m(c);
+  const auto message = [&](const at::Tensor& tokens, const at::Tensor& mask) -> std::string {
+    try {
+      m->forward(tokens, mask);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  EXPECT_NE(message(torch::tensor({{1, 2, 256}}), {}).find("[0, 256)"), std::string::npos);
+  EXPECT_NE(message(torch::tensor({{1, -1, 2}}), {}).find("-1"), std::string::npos);
+  EXPECT_THROW(m->forward(torch::tensor({{1, 2, 256}})), c10::IndexError);
+  EXPECT_NE(message(torch::tensor({{1, 2, 3}}), torch::ones({1, 4}, torch::kBool)).find("mask"),
+            std::string::npos);
+  EXPECT_NE(message(torch::tensor({{1, 2, 3}}), torch::ones({1, 3})).find("mask"),
+            std::string::npos);
+  EXPECT_EQ(message(torch::tensor({{1, 2, 255}}), torch::ones({1, 3}, torch::kBool)), "");
+}

@@ -200,3 +200,40 @@ def test_classifier_encoder():
         seqmix.build("weird-net-a", "cpu", task="sudoku")
     with pytest.raises(ValueError, match="encoder"):
         m.generate("abc", 3)  # an encoder cannot decode step by step
+
+
+def test_hostile_model_input_never_aborts(tmp_path):
+    # Each call must raise a Python exception; the interpreter must reach its last line.
+    code = f"""
+import torch, seqmix
+m = seqmix.build("weird-net", "tiny", max_len=16, seed=0)
+enc = seqmix.build("weird-net-a", "cpu", task="listops", max_len=16, seed=0)
+bad = [
+    lambda: m(torch.tensor([[1, 2, 300]])),               # token >= vocab_size
+    lambda: m(torch.tensor([[1, -2, 3]])),                # negative token
+    lambda: m(torch.randn(1, 4)),                         # float tokens
+    lambda: m(torch.randint(256, (1, 17))),               # L > max_len
+    lambda: m(torch.randint(256, (4,))),                  # 1-D
+    lambda: m(torch.randint(256, (2, 4)), torch.ones(3, 4, dtype=torch.bool)),
+    lambda: enc.classify(torch.randint(16, (2, 4)), torch.zeros(2, 4, dtype=torch.bool)),
+    lambda: m.generate([1, 999], 3),
+    lambda: m.generate("x", 3, temperature=-1.0),
+    lambda: m.generate("x", 3, top_k=-5),
+    lambda: m.generate(3.5, 3),
+    lambda: m.save("/proc/no-such-place/run"),
+    lambda: seqmix.load({str(tmp_path)!r}),
+    lambda: seqmix.build("weird-net", "tiny", max_len=0),
+    lambda: seqmix.build("weird-net", "tiny", **{{"train.lr": float("nan")}}),
+]
+for i, f in enumerate(bad):
+    try:
+        f()
+        print("no error from call", i)
+    except (RuntimeError, ValueError, TypeError, IndexError, OSError):
+        pass
+print("survived")
+"""
+    p = run_python(code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "survived", p.stdout
+    assert "no error" not in p.stdout, p.stdout
