@@ -29,6 +29,8 @@ Command add_data(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_plot(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_export(CLI::App& app);
+Command add_import(CLI::App& app);
 
 extern const char* const kDataDirHelp;
 

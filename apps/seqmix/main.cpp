@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   const std::vector<cli::Command> commands = {
       cli::add_train(app),     cli::add_eval(app),    cli::add_generate(app),
       cli::add_info(app),      cli::add_tokenizer(app), cli::add_data(app),
-      cli::add_compare(app),   cli::add_plot(app),    cli::add_bench(app)};
+      cli::add_compare(app),   cli::add_plot(app),    cli::add_bench(app),
+      cli::add_export(app),    cli::add_import(app)};
   cli::harden(&app);
   try {
     app.parse(argc, argv);

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pickle_check.h"
 #include "seqmix/util/files.h"
 
 namespace seqmix::train {
@@ -36,8 +37,11 @@ std::string first_line(const std::string& s) {
   return nl == std::string::npos ? s.substr(b) : s.substr(b, nl - b);
 }
 
-std::runtime_error corrupt_checkpoint(const std::string& path, const std::string& why) {
-  return std::runtime_error("checkpoint '" + path + "' is corrupt or not a checkpoint (" + why +
+// `noun` names the file ("checkpoint", "export"), `not_a` what it should have been.
+std::runtime_error corrupt_checkpoint(const std::string& path, const std::string& why,
+                                      const std::string& noun = "checkpoint",
+                                      const std::string& not_a = "a checkpoint") {
+  return std::runtime_error(noun + " '" + path + "' is corrupt or not " + not_a + " (" + why +
                             ")");
 }
 
@@ -48,8 +52,9 @@ std::runtime_error corrupt_checkpoint_state(const std::string& path, const std::
 }
 
 // A checkpoint whose zip is sound but whose contents are not.
-std::runtime_error corrupt_contents(const std::string& path, const std::string& why) {
-  return std::runtime_error("checkpoint '" + path + "' is corrupt: " + why);
+std::runtime_error corrupt_contents(const std::string& path, const std::string& why,
+                                    const std::string& noun = "checkpoint") {
+  return std::runtime_error(noun + " '" + path + "' is corrupt: " + why);
 }
 
 // The entries of a checkpoint's zip archive, read once through libzip: every tensor record's
@@ -68,8 +73,9 @@ bool is_tensor_record(const ZipEntries& z, const std::string& name) {
 // (ZIP_CHECKCONS) and each entry's CRC-32. LibTorch's own reader checks neither and goes on to
 // parse the archive's TorchScript type definitions, which can crash on corrupt bytes (found by
 // fuzz/fuzz_checkpoint: a segfault in torch::jit::ScriptTypeParser).
-ZipEntries verify_archive(const std::string& path) {
-  auto corrupt = [&](const std::string& why) { return corrupt_checkpoint(path, why); };
+ZipEntries verify_archive(const std::string& path, const std::string& noun = "checkpoint",
+                          const std::string& not_a = "a checkpoint") {
+  auto corrupt = [&](const std::string& why) { return corrupt_checkpoint(path, why, noun, not_a); };
   int code = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code);
   if (!z) {
@@ -147,6 +153,8 @@ ZipEntries verify_archive(const std::string& path) {
 // recursion of destructors on both sides.
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxDims = 16;
+// The most values a plain pickle (Kind::kPlain) may hold, counted as a traversal visits them.
+constexpr int64_t kMaxValues = int64_t{1} << 22;
 
 struct PValue;
 using PRef = std::shared_ptr<PValue>;
@@ -168,6 +176,10 @@ struct PValue {
   int64_t nbytes = 0;       ///< kStorage, kTensor: bytes of the storage
   int64_t itemsize = 0;     ///< kStorage, kTensor
   int depth = 0;
+  // Kind::kPlain only: values a traversal of this one visits (shared values counted each time
+  // they are reached), and whether it was stored in another value (then it may not change).
+  int64_t size = 1;
+  bool frozen = false;
   std::shared_ptr<BadTensor> bad;  ///< the first corrupt tensor inside, if any
   explicit PValue(Kind k) : kind(k) {}
 };
@@ -226,7 +238,12 @@ bool is_decimal(const std::string& s) {
 // std::runtime_error saying what is wrong with it.
 class PickleChecker {
  public:
-  enum class Kind { kData, kConstants, kDebug };
+  // kPlain: a plain pickle as torch.save and torch::pickle_save write it (dicts, lists and
+  // tuples of strings, numbers and tensors; torch::pickle_save's type tags), read by
+  // torch::pickle_load. Dicts and lists may nest; a dict or list stored in another value may
+  // not change afterwards (so no value can contain itself), and a traversal of the whole
+  // value visits at most kMaxValues values.
+  enum class Kind { kData, kConstants, kDebug, kPlain };
   PickleChecker(const ZipEntries& zip, std::string entry, const std::string& bytes, Kind kind)
       : zip_(zip), entry_(std::move(entry)), b_(bytes), kind_(kind) {}
 
@@ -277,8 +294,10 @@ class PickleChecker {
           if (start == 0) fail_at("appends to nothing");
           PRef list = stack_[start - 1];
           if (list->kind != PValue::kList) fail_at("appends to a value that is not a list");
+          if (list->frozen) fail_at("appends to a list after storing it");
           for (size_t k = start; k < stack_.size(); ++k) {
             if (!is_scalar_kind(stack_[k]->kind)) fail_at("appends a container to a list");
+            grow(*list, *stack_[k]);
             list->items.push_back(stack_[k]);
             if (stack_[k]->bad && !list->bad) list->bad = stack_[k]->bad;
           }
@@ -290,13 +309,19 @@ class PickleChecker {
           if (start == 0) fail_at("sets items of nothing");
           if ((stack_.size() - start) % 2 != 0) fail_at("sets items from an odd number of values");
           PRef dict = stack_[start - 1];
+          if (kind_ == Kind::kPlain && dict->kind == PValue::kNone && dict->s == "OrderedDict")
+            fail_at("holds a collections.OrderedDict, which seqmix does not read (save a plain "
+                    "dict: torch.save(dict(model.state_dict()), f))");
           if (dict->kind != PValue::kDict) fail_at("sets items of a value that is not a dict");
+          if (dict->frozen) fail_at("sets items of a dict after storing it");
           for (size_t k = start; k < stack_.size(); k += 2) {
             const PRef& key = stack_[k];
             const PRef& value = stack_[k + 1];
             if (key->kind != PValue::kStr) fail_at("uses a key that is not a string");
-            if (value->kind == PValue::kDict || value->kind == PValue::kList)
+            if ((value->kind == PValue::kDict || value->kind == PValue::kList) &&
+                kind_ != Kind::kPlain)
               fail_at("stores a dict or list in a dict");
+            grow(*dict, *value);
             dict->depth = std::max(dict->depth, value->depth + 1);
             if (dict->depth > kMaxDepth) fail_at("nests values too deeply");
             if (value->bad && !dict->bad)
@@ -347,7 +372,7 @@ class PickleChecker {
   }
 
  private:
-  enum class Global { kClass, kRebuildTensor, kOrderedDict, kIntList };
+  enum class Global { kClass, kRebuildTensor, kOrderedDict, kIntList, kTypeTag };
   const ZipEntries& zip_;
   std::string entry_;
   const std::string& b_;
@@ -403,9 +428,17 @@ class PickleChecker {
     if (id >= memo_.size()) fail_at("reads a memo entry it never wrote");
     push(memo_[id]);
   }
+  // Kind::kPlain: `child` is stored in `parent`.
+  void grow(PValue& parent, PValue& child) {
+    if (kind_ != Kind::kPlain) return;
+    if (child.kind == PValue::kDict || child.kind == PValue::kList) child.frozen = true;
+    parent.size += child.size;
+    if (parent.size > kMaxValues) fail_at("holds more than " + std::to_string(kMaxValues) + " values");
+  }
   PRef finish_container(PRef t) {
     for (const PRef& e : t->items) {
-      if (e->kind == PValue::kDict) fail_at("puts a dict in a tuple");
+      if (e->kind == PValue::kDict && kind_ != Kind::kPlain) fail_at("puts a dict in a tuple");
+      grow(*t, *e);
       t->depth = std::max(t->depth, e->depth + 1);
       if (e->bad && !t->bad) t->bad = e->bad;
     }
@@ -429,15 +462,19 @@ class PickleChecker {
       globals_.push_back(g);
       push_int(static_cast<int64_t>(globals_.size() - 1));
     };
+    const bool data = kind_ == Kind::kData || kind_ == Kind::kPlain;
     if (kind_ == Kind::kData && name == "Module" && is_module_qualifier(module)) {
       push_global(Global::kClass);
-    } else if (kind_ == Kind::kData && module == "torch._utils" && name == "_rebuild_tensor_v2") {
+    } else if (data && module == "torch._utils" && name == "_rebuild_tensor_v2") {
       push_global(Global::kRebuildTensor);
-    } else if (kind_ == Kind::kData && module == "collections" && name == "OrderedDict") {
+    } else if (data && module == "collections" && name == "OrderedDict") {
       push_global(Global::kOrderedDict);
     } else if (kind_ == Kind::kDebug && module == "torch.jit._pickle" && name == "build_intlist") {
       push_global(Global::kIntList);
-    } else if (kind_ == Kind::kData && module == "torch") {
+    } else if (kind_ == Kind::kPlain && module == "torch.jit._pickle" &&
+               name == "restore_type_tag") {
+      push_global(Global::kTypeTag);
+    } else if (data && module == "torch") {
       for (const auto& [n, t] : storage_types())
         if (n == name) return push_int(static_cast<int64_t>(t));
       fail_at("names the unknown global 'torch." + name + "'");
@@ -472,7 +509,26 @@ class PickleChecker {
         arg = obj;
         break;
       }
-      case Global::kOrderedDict: arg = make(PValue::kNone); break;
+      case Global::kOrderedDict:
+        arg = make(PValue::kNone);
+        arg->s = "OrderedDict";
+        break;
+      case Global::kTypeTag: {
+        // restore_type_tag((container, type)): torch::pickle_save's type of a dict or list,
+        // parsed by LibTorch's type parser: only the types seqmix's exports use are accepted.
+        if (arg->kind != PValue::kTuple || arg->items.size() != 2 ||
+            arg->items[1]->kind != PValue::kStr)
+          fail_at("tags a type with arguments that are not (value, type)");
+        const std::string& type = arg->items[1]->s;
+        const PValue::Kind k = arg->items[0]->kind;
+        bool known = false;
+        for (const char* e : {"Any", "Tensor", "str", "int", "float", "bool"})
+          known = known || (k == PValue::kDict && type == std::string("Dict[str, ") + e + "]") ||
+                  (k == PValue::kList && type == std::string("List[") + e + "]");
+        if (!known) fail_at("tags a value with the type '" + type + "', which seqmix does not read");
+        arg = arg->items[0];
+        break;
+      }
       case Global::kIntList: {
         if (arg->kind != PValue::kTuple || arg->items.empty() ||
             arg->items[0]->kind != PValue::kList)
@@ -732,25 +788,27 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // throws its own "please upgrade PyTorch" error, and it parses the record with std::stoull,
 // which takes a sign, leading blanks and trailing text. Only the digits LibTorch writes (and
 // its newline) are accepted here.
-void verify_version(const std::string& path, const ZipEntries& zip) {
+void verify_version(const std::string& path, const ZipEntries& zip,
+                    const std::string& noun = "checkpoint") {
   std::string record = zip.prefix + ".data/version";
   if (!zip.texts.count(record)) record = zip.prefix + "version";
   const auto it = zip.texts.find(record);
   if (it == zip.texts.end())
-    throw corrupt_contents(path, "entry '" + record + "' is missing");
+    throw corrupt_contents(path, "entry '" + record + "' is missing", noun);
   std::string text = it->second;
   if (!text.empty() && text.back() == '\n') text.pop_back();
   const bool digits = !text.empty() && text.size() <= 40 &&
                       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits)
-    throw corrupt_contents(path, "its version record '" + record + "' is not a decimal number");
+    throw corrupt_contents(path, "its version record '" + record + "' is not a decimal number",
+                           noun);
   const size_t nz = std::min(text.find_first_not_of('0'), text.size() - 1);
   const std::string shown = text.substr(nz);  // "003" -> "3", "0" stays
   constexpr uint64_t lo = caffe2::serialize::kMinSupportedFileFormatVersion;
   constexpr uint64_t hi = caffe2::serialize::kMaxSupportedFileFormatVersion;
   const bool in_range = shown.size() <= 18 && std::stoull(shown) >= lo && std::stoull(shown) <= hi;
   if (!in_range)
-    throw std::runtime_error("checkpoint '" + path + "' has archive format version " + shown +
+    throw std::runtime_error(noun + " '" + path + "' has archive format version " + shown +
                              "; this seqmix reads versions " + std::to_string(lo) + ".." +
                              std::to_string(hi));
 }
@@ -791,6 +849,37 @@ void verify_contents(const std::string& path, const ZipEntries& zip) {
   }
 }
 
+// A plain pickle's archive (torch.save, torch::pickle_save), checked before torch::pickle_load
+// reads it: only data.pkl, data/<n>, the version records and (newer PyTorch) byteorder and
+// .data/serialization_id; data.pkl run on the abstract unpickler (Kind::kPlain) must hold a
+// dict.
+void verify_plain_contents(const std::string& path, const ZipEntries& zip,
+                           const std::string& noun) {
+  const std::string& p = zip.prefix;
+  try {
+    for (const auto& [name, size] : zip.sizes) {
+      const std::string rel = name.compare(0, p.size(), p) == 0 ? name.substr(p.size()) : "";
+      const bool known = rel == "version" || rel == ".data/version" || rel == "data.pkl" ||
+                         rel == "byteorder" || rel == ".data/serialization_id" ||
+                         (rel.compare(0, 5, "data/") == 0 && is_decimal(rel.substr(5)));
+      if (!known)
+        throw std::runtime_error("entry '" + name + "' is not part of a torch.save file");
+    }
+    const auto order = zip.texts.find(p + "byteorder");
+    if (order != zip.texts.end() && order->second != "little")
+      throw std::runtime_error("its tensors are stored '" + order->second +
+                               "'-endian; seqmix reads little-endian ones");
+    const auto data = zip.texts.find(p + "data.pkl");
+    if (data == zip.texts.end())
+      throw std::runtime_error("entry '" + p + "data.pkl' is missing");
+    const PRef root = PickleChecker(zip, data->first, data->second, PickleChecker::Kind::kPlain).run();
+    if (root->kind != PValue::kDict)
+      throw std::runtime_error("pickle '" + data->first + "' does not hold a dict");
+  } catch (const std::runtime_error& e) {
+    throw corrupt_contents(path, e.what(), noun);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Checks of the loaded tensors.
 
@@ -818,10 +907,11 @@ void collect_tensors(const c10::IValue& v, const std::string& name,
 }
 
 // A tensor as read: dense, on the CPU, and inside its storage.
-void check_tensor(const std::string& path, const std::string& name, const at::Tensor& t) {
+void check_tensor(const std::string& path, const std::string& name, const at::Tensor& t,
+                  const std::string& noun = "checkpoint") {
   if (!t.defined()) return;
   if (t.layout() != at::kStrided || !t.device().is_cpu() || t.is_quantized())
-    throw corrupt_contents(path, "tensor '" + name + "' is not a dense CPU tensor");
+    throw corrupt_contents(path, "tensor '" + name + "' is not a dense CPU tensor", noun);
   const auto sizes = t.sizes().vec();
   const auto strides = t.strides().vec();
   const int64_t need = bytes_reached(sizes, strides, t.storage_offset(),
@@ -831,10 +921,10 @@ void check_tensor(const std::string& path, const std::string& name, const at::Te
     throw corrupt_contents(path, "tensor '" + name + "' has impossible sizes " +
                                      c10::str(t.sizes()) + ", strides " +
                                      c10::str(t.strides()) + " or storage offset " +
-                                     std::to_string(t.storage_offset()));
+                                     std::to_string(t.storage_offset()), noun);
   if (need > have || (need > 0 && !t.storage().data()))
     throw corrupt_contents(path, "tensor '" + name + "' needs " + std::to_string(need) +
-                                     " bytes but its storage holds " + std::to_string(have));
+                                     " bytes but its storage holds " + std::to_string(have), noun);
 }
 
 bool all_finite(const at::Tensor& t) {
@@ -1130,5 +1220,22 @@ std::string find_checkpoint(const std::string& run_or_file) {
     throw std::runtime_error("'" + run_or_file + "' is neither a run folder nor a checkpoint file");
   return run_or_file;
 }
+
+namespace detail {
+
+void verify_plain_pickle(const std::string& path, const std::string& noun,
+                         const std::string& not_a) {
+  if (!fs::is_regular_file(path)) throw std::runtime_error(noun + " '" + path + "' does not exist");
+  const ZipEntries zip = verify_archive(path, noun, not_a);
+  verify_version(path, zip, noun);
+  verify_plain_contents(path, zip, noun);
+}
+
+void check_loaded_tensor(const std::string& path, const std::string& name, const at::Tensor& t,
+                         const std::string& noun) {
+  check_tensor(path, name, t, noun);
+}
+
+}  // namespace detail
 
 }  // namespace seqmix::train

@@ -53,8 +53,6 @@ std::string LossSpikeWatch::check(int64_t step, double loss) {
   return warning;
 }
 
-namespace {
-
 // Decay only weight matrices of Linear/Embedding layers; biases, norms, positional
 // embeddings and the AIB distance parameters w are left alone (as nanoGPT/GPT-2 do).
 std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model,
@@ -74,6 +72,8 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model
                                     torch::optim::AdamWOptions(opts).weight_decay(0.0)));
   return std::make_unique<torch::optim::AdamW>(groups, opts);
 }
+
+namespace {
 
 using LogFn = std::function<void(const nlohmann::json&)>;
 using SayFn = std::function<void(const std::string&)>;

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <torch/optim/adamw.h>
+
 #include "seqmix/models/sequence_model.h"
 #include "seqmix/train/config.h"
 
@@ -121,5 +123,13 @@ class LossSpikeWatch {
 /// @throws std::runtime_error with a message naming the file/key at fault (data missing,
 ///         incompatible checkpoint, unwritable run folder, ...).
 TrainResult train(const RunConfig& config, const TrainOptions& options);
+
+/// The optimizer train() uses for `model`: AdamW with train.lr, beta1, beta2 and eps, and
+/// train.weight_decay on the weight matrices only (parameters whose name ends in "weight"
+/// with two or more dimensions); biases, norms, positional embeddings and the AIB distance
+/// parameters get none. Its parameter groups are what checkpoints store, so save_run
+/// (export.h) builds a resumable checkpoint with it.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(models::SequenceModel& model,
+                                                    const TrainConfig& t);
 
 }  // namespace seqmix::train
