@@ -150,6 +150,11 @@ print(d["config"]["model"]["preset"])
     again = seqmix.load(f)
     tokens = torch.randint(256, (2, 16))
     torch.testing.assert_close(again(tokens), model(tokens), rtol=0, atol=0)
+    # seqmix.export is the same command, from Python; an existing file is kept.
+    seqmix.export(cli_run, tmp_path / "again.pt")
+    with pytest.raises(RuntimeError, match="again.pt"):
+        seqmix.export(cli_run, tmp_path / "again.pt")
+    assert seqmix.load(tmp_path / "again.pt").state_dict().keys() == model.state_dict().keys()
     cli("import", f, "--out", tmp_path / "imported")
     _, a, _ = cli("eval", tmp_path / "imported", "--threads", "1")
     _, b, _ = cli("eval", cli_run, "--threads", "1")
