@@ -14,6 +14,7 @@ trained (``seqmix.load``). Use Debian's /usr/bin/python3 (python3-torch 1.13, th
 seqmix is built against) with ``PYTHONPATH=<build>/python``, or install the package with
 ``cmake --install``.
 """
+import collections.abc
 import os
 import tomllib
 
@@ -236,15 +237,16 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
 
 def load(path, *, preset=None, size=None, config=None, tokenizer=None, **overrides):
     """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file, or a
-    bare state dict saved from Python (``torch.save(dict(model.state_dict()), f)``); in eval
-    mode, with the run's tokenizer.
+    bare state dict saved from Python (``torch.save(model.state_dict(), f)``); in eval mode,
+    with the run's tokenizer.
 
     The configuration comes from the run or export file; for a bare state dict give it as
     ``build`` takes it (``preset``, ``size``, ``config``, ``tokenizer``, overrides).
 
     Raises:
-        RuntimeError naming the path and what is wrong: missing, corrupt, or a parameter
-        whose name or shape the configuration does not have.
+        FileNotFoundError for a path that does not exist; RuntimeError naming the path and
+        what is wrong: corrupt, or a parameter whose name or shape the configuration does
+        not have (ValueError for non-finite values).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -256,16 +258,32 @@ def load(path, *, preset=None, size=None, config=None, tokenizer=None, **overrid
             raise ValueError(f"{path}: a run brings its own configuration; preset, size, "
                              "config, tokenizer and overrides are for bare state dicts only")
         cpp, run_config, tok = _C.load_run(path)
+    elif bare:
+        # A state dict from torch.save (a dict or an OrderedDict): read here with torch's
+        # restricted unpickler, then loaded strictly into the model the arguments describe,
+        # as torch.nn.Module.load_state_dict does.
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # the unpickler raises many kinds on a file that is no pickle
+            raise RuntimeError(f"{path}: not a state dict that torch.load can read "
+                               f"({type(e).__name__}: {e})") from None
+        if not isinstance(state, collections.abc.Mapping) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+            raise RuntimeError(f"{path}: expected a state dict (parameter name -> tensor), "
+                               f"got {type(state).__name__}")
+        for name, t in state.items():
+            if t.is_floating_point() and not torch.isfinite(t).all():
+                raise ValueError(f"{path}: tensor '{name}' holds non-finite values")
+        model = build(preset or "weird-net", size, config=config, tokenizer=tokenizer,
+                      **overrides)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as e:
+            raise RuntimeError(f"{path}: {e}") from None
+        model.eval()
+        return model
     else:
-        request = None
-        if bare:
-            request = [f"model.preset={preset or 'weird-net'}"]
-            if size is not None:
-                request.append(f"model.size={size}")
-            request += _overrides(overrides)
-        cpp, run_config, tok = _C.load_export(
-            path, request, os.fspath(config) if config is not None else "",
-            os.fspath(tokenizer) if tokenizer is not None else "")
+        cpp, run_config, tok = _C.load_export(path)
     model = Model(cpp, run_config, tok)
     model.eval()
     return model

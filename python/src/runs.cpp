@@ -86,18 +86,11 @@ void bind_runs(py::module_& m) {
   m.def(
       "load_run", [](const std::string& path) { return loaded(train::load_run(path)); },
       py::arg("path"));
+  // A `seqmix export` file (bare state dicts are read by seqmix.load in Python).
   m.def(
       "load_export",
-      [](const std::string& file, const c10::optional<std::vector<std::string>>& overrides,
-         const std::string& config_path, const std::string& tokenizer) {
-        if (!overrides) return loaded(train::load_export(file, nullptr));
-        train::RunRequest request;
-        request.config_path = config_path;
-        request.tokenizer = tokenizer;
-        request.overrides = *overrides;
-        return loaded(train::load_export(file, &request));
-      },
-      py::arg("file"), py::arg("overrides"), py::arg("config_path"), py::arg("tokenizer"));
+      [](const std::string& file) { return loaded(train::load_export(file, nullptr)); },
+      py::arg("file"));
   m.def(
       "save_run",
       [](const std::string& out_dir, const ModulePtr& module, const train::RunConfig& config,

@@ -174,6 +174,16 @@ def test_bare_state_dict_round_trip(cli_run, tmp_path):
         seqmix.load(f)
     with pytest.raises(RuntimeError, match="pos_emb"):
         seqmix.load(f, preset="weird-net", size="tiny", max_len=2 * cfg["max_len"])
+    # torch.save(model.state_dict()) (an OrderedDict) loads as well.
+    torch.save(model.state_dict(), tmp_path / "od.pt")
+    od = seqmix.load(tmp_path / "od.pt", preset="weird-net", size="tiny", max_len=cfg["max_len"])
+    torch.testing.assert_close(od(tokens), model(tokens), rtol=0, atol=0)
+    sd = dict(model.state_dict())
+    sd["blocks.0.mixer.w"] = sd["blocks.0.mixer.w"].clone()
+    sd["blocks.0.mixer.w"][0, 0] = float("nan")
+    torch.save(sd, tmp_path / "nan.pt")
+    with pytest.raises(ValueError, match="blocks.0.mixer.w"):
+        seqmix.load(tmp_path / "nan.pt", preset="weird-net", size="tiny", max_len=cfg["max_len"])
     sd = dict(model.state_dict())
     sd.pop("pos_emb")
     torch.save(sd, tmp_path / "missing.pt")
