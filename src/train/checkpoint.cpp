@@ -309,29 +309,12 @@ class PickleChecker {
           if (start == 0) fail_at("sets items of nothing");
           if ((stack_.size() - start) % 2 != 0) fail_at("sets items from an odd number of values");
           PRef dict = stack_[start - 1];
-          if (kind_ == Kind::kPlain && dict->kind == PValue::kNone && dict->s == "OrderedDict")
-            fail_at("holds a collections.OrderedDict, which seqmix does not read (save a plain "
-                    "dict: torch.save(dict(model.state_dict()), f))");
-          if (dict->kind != PValue::kDict) fail_at("sets items of a value that is not a dict");
-          if (dict->frozen) fail_at("sets items of a dict after storing it");
-          for (size_t k = start; k < stack_.size(); k += 2) {
-            const PRef& key = stack_[k];
-            const PRef& value = stack_[k + 1];
-            if (key->kind != PValue::kStr) fail_at("uses a key that is not a string");
-            if ((value->kind == PValue::kDict || value->kind == PValue::kList) &&
-                kind_ != Kind::kPlain)
-              fail_at("stores a dict or list in a dict");
-            grow(*dict, *value);
-            dict->depth = std::max(dict->depth, value->depth + 1);
-            if (dict->depth > kMaxDepth) fail_at("nests values too deeply");
-            if (value->bad && !dict->bad)
-              dict->bad = std::make_shared<BadTensor>(BadTensor{
-                  key->s + (value->bad->path.empty() ? "" : "." + value->bad->path),
-                  value->bad->why});
-          }
+          for (size_t k = start; k < stack_.size(); k += 2) set_item(dict, stack_[k], stack_[k + 1]);
           stack_.resize(start);
           break;
         }
+        // SETITEM ('s', Python's pickler for a dict of one item) is refused: LibTorch 1.13's
+        // unpickler does not read it.
         case 'q': memo_put(u8()); break;   // BINPUT
         case 'r': memo_put(u32()); break;  // LONG_BINPUT
         case 'h': memo_get(u8()); break;   // BINGET
@@ -365,7 +348,7 @@ class PickleChecker {
         default: {
           char hex[8];
           std::snprintf(hex, sizeof hex, "0x%02x", op);
-          fail_at(std::string("has opcode ") + hex + ", which checkpoints do not use");
+          fail_at(std::string("has opcode ") + hex + ", which seqmix does not read");
         }
       }
     }
@@ -386,6 +369,24 @@ class PickleChecker {
 
   [[noreturn]] void fail(const std::string& why) const {
     throw std::runtime_error("pickle '" + entry_ + "' " + why);
+  }
+  // dict[key] = value, for SETITEMS and SETITEM.
+  void set_item(const PRef& dict, const PRef& key, const PRef& value) {
+    if (kind_ == Kind::kPlain && dict->kind == PValue::kNone && dict->s == "OrderedDict")
+      fail_at("holds a collections.OrderedDict, which seqmix's C++ reader cannot read (save "
+              "a plain dict: torch.save(dict(model.state_dict()), f); seqmix.load in Python "
+              "reads either)");
+    if (dict->kind != PValue::kDict) fail_at("sets items of a value that is not a dict");
+    if (dict->frozen) fail_at("sets items of a dict after storing it");
+    if (key->kind != PValue::kStr) fail_at("uses a key that is not a string");
+    if ((value->kind == PValue::kDict || value->kind == PValue::kList) && kind_ != Kind::kPlain)
+      fail_at("stores a dict or list in a dict");
+    grow(*dict, *value);
+    dict->depth = std::max(dict->depth, value->depth + 1);
+    if (dict->depth > kMaxDepth) fail_at("nests values too deeply");
+    if (value->bad && !dict->bad)
+      dict->bad = std::make_shared<BadTensor>(BadTensor{
+          key->s + (value->bad->path.empty() ? "" : "." + value->bad->path), value->bad->why});
   }
   [[noreturn]] void fail_at(const std::string& why) const {
     fail(why + " (at byte " + std::to_string(at_) + ")");
