@@ -13,6 +13,7 @@ saved as a run folder that the command line reads:
 """
 import argparse
 import math
+import os
 import time
 
 import torch
@@ -32,9 +33,11 @@ def main():
     p.add_argument("--max-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = one per core)")
     args = p.parse_args()
-    if args.steps < 1 or args.batch_size < 1 or args.max_len < 2:
-        p.error("--steps and --batch-size must be >= 1, --max-len >= 2")
+    if args.steps < 1 or args.batch_size < 1 or args.max_len < 2 or args.threads < 0:
+        p.error("--steps and --batch-size must be >= 1, --max-len >= 2, --threads >= 0")
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
 
     data = open(args.text, "rb").read()
     cut = data.rfind(b"\n", 0, int(0.9 * len(data))) + 1  # seqmix's split of a text file

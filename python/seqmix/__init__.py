@@ -32,6 +32,38 @@ Tokenizer.__doc__ = """A seqmix tokenizer: bytes (vocabulary 256) or a SentenceP
 encode(str) -> list[int]; decode(list[int]) -> str; vocab_size; name; is_bytes."""
 
 
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _int(name, value, low=0, high=_INT64_MAX):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name}: expected an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _float(name, value, low, high, low_open=False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        interval = ("(" if low_open else "[") + f"{low}, {high}]"
+        raise ValueError(f"{name}: expected a number in {interval}, got {value!r}")
+    return float(value)
+
+
+def _bool(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def _python_words(message):
+    # The library's messages name command-line flags; say what the Python call names.
+    for flag, word in (("--overwrite", "overwrite=True"), ("--temperature", "temperature"),
+                       ("--top-p", "top_p"), ("--top-k", "top_k")):
+        message = message.replace(flag, word)
+    return message
+
+
 def _override(key, value):
     """One ``section.key=value`` override as the command line's --set spells it."""
     if isinstance(value, bool):
@@ -122,13 +154,11 @@ class Model(CppModule):
             str for a text prompt (invalid UTF-8 at a byte-level model's cut is replaced by
             U+FFFD), else the list of new token ids.
         """
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) \
-                or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool):
-            raise ValueError(f"top_k: expected an int >= 0, got {top_k!r}")
+        _int("max_new_tokens", max_new_tokens)
+        _int("seed", seed, 0, 2 ** 64 - 1)
+        _int("top_k", top_k)
+        _float("temperature", temperature, 0.0, float("inf"))
+        _float("top_p", top_p, 0.0, 1.0, low_open=True)
         was_training = self.training
         self.eval()
         try:
@@ -160,11 +190,17 @@ class Model(CppModule):
         """
         if batch_size is None:
             batch_size = self.config["train"]["batch_size"]
+        _int("batch_size", batch_size, 1)
+        if data is not None and not isinstance(data, (str, os.PathLike)):
+            raise TypeError(f"data: expected a corpus name or path, got {type(data).__name__}")
+        if split is not None and split not in ("valid", "test"):
+            raise ValueError(f"split: expected 'valid' or 'test', got {split!r}")
         was_training = self.training
         self.eval()
         try:
-            return _C.evaluate(self._cpp, self._run_config, self.tokenizer, data or "",
-                               split or "", batch_size)
+            return _C.evaluate(self._cpp, self._run_config, self.tokenizer,
+                               os.fspath(data) if data is not None else "", split or "",
+                               batch_size)
         finally:
             self.train(was_training)
 
@@ -177,10 +213,13 @@ class Model(CppModule):
         A folder that already holds a run is refused unless ``overwrite``; the checkpoint is
         written atomically. Raises RuntimeError naming the folder on failure.
         """
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise ValueError(f"step: expected an int >= 0, got {step!r}")
-        _C.save_run(os.fspath(run_dir), self._cpp, self._run_config, self.tokenizer, step,
-                    bool(overwrite))
+        _int("step", step)
+        _bool("overwrite", overwrite)
+        try:
+            _C.save_run(os.fspath(run_dir), self._cpp, self._run_config, self.tokenizer, step,
+                        overwrite)
+        except (RuntimeError, ValueError) as e:
+            raise type(e)(_python_words(str(e))) from None
 
 
 def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=None, seed=None,
@@ -200,8 +239,8 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
             vocabulary, length and classification head, as ``seqmix train --task`` does.
         config: path of a TOML configuration file, or None.
         tokenizer: 'bytes' (default) or a SentencePiece model file; sets vocab_size.
-        seed: seeds torch's generator before the weights are drawn (as ``train.seed`` does
-            for ``seqmix train``); None draws from its current state.
+        seed: seeds torch's generator before the weights are drawn and sets ``train.seed``
+            (as ``seqmix train --seed`` does); None draws from the generator's current state.
         overrides: model keys by name (``d_model=128, n_layers=2, max_len=512``), a mixer
             section as a dict (``aib={"weights": "exp"}``), or any dotted key
             (``**{"train.lr": 1e-3}``).
@@ -224,10 +263,11 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
         if not isinstance(task, str):
             raise TypeError(f"task: expected a str, got {type(task).__name__}")
         request.append(f"data.task={task}")
+    if seed is not None:
+        # Recorded as train.seed too, so that a saved run resumes with the seed it was built with.
+        request.append(f"train.seed={_int('seed', seed)}")
     request += _overrides(overrides)
     if seed is not None:
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
         torch.manual_seed(seed)
     cpp, run_config, tok = _C.build_run(os.fspath(config) if config is not None else "",
                                         os.fspath(tokenizer) if tokenizer is not None else "",
@@ -235,75 +275,96 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
     return Model(cpp, run_config, tok)
 
 
-def load(path, *, preset=None, size=None, config=None, tokenizer=None, **overrides):
+def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None,
+         **overrides):
     """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file, or a
-    bare state dict saved from Python (``torch.save(model.state_dict(), f)``); in eval mode,
-    with the run's tokenizer.
+    bare state dict saved from Python (``torch.save(model.state_dict(), f)``, a dict or an
+    OrderedDict); in eval mode, with the run's tokenizer.
 
     The configuration comes from the run or export file; for a bare state dict give it as
-    ``build`` takes it (``preset``, ``size``, ``config``, ``tokenizer``, overrides).
+    ``build`` takes it (``preset``, ``size``, ``task``, ``config``, ``tokenizer``,
+    overrides), and the state dict must fit that model exactly (names, shapes, float32 or
+    float64 values, all finite).
 
     Raises:
-        FileNotFoundError for a path that does not exist; RuntimeError naming the path and
-        what is wrong: corrupt, or a parameter whose name or shape the configuration does
-        not have (ValueError for non-finite values).
+        FileNotFoundError for a path that does not exist; ValueError for configuration
+        arguments given with a run or export (which bring their own) or missing for a bare
+        state dict, and for non-finite or non-float values; RuntimeError naming the path and
+        what is wrong: corrupt, or a parameter whose name or shape the model does not have.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such run folder or file")
-    bare = preset is not None or size is not None or config is not None or \
-        tokenizer is not None or bool(overrides)
-    if os.path.isdir(path) or (not bare and _is_checkpoint(path)):
-        if bare:
-            raise ValueError(f"{path}: a run brings its own configuration; preset, size, "
-                             "config, tokenizer and overrides are for bare state dicts only")
-        cpp, run_config, tok = _C.load_run(path)
-    elif bare:
-        # A state dict from torch.save (a dict or an OrderedDict): read here with torch's
-        # restricted unpickler, then loaded strictly into the model the arguments describe,
-        # as torch.nn.Module.load_state_dict does.
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # the unpickler raises many kinds on a file that is no pickle
-            raise RuntimeError(f"{path}: not a state dict that torch.load can read "
-                               f"({type(e).__name__}: {e})") from None
-        if not isinstance(state, collections.abc.Mapping) or not all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-            raise RuntimeError(f"{path}: expected a state dict (parameter name -> tensor), "
-                               f"got {type(state).__name__}")
-        for name, t in state.items():
-            if t.is_floating_point() and not torch.isfinite(t).all():
-                raise ValueError(f"{path}: tensor '{name}' holds non-finite values")
-        model = build(preset or "weird-net", size, config=config, tokenizer=tokenizer,
-                      **overrides)
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as e:
-            raise RuntimeError(f"{path}: {e}") from None
+    given = [name for name, value in (("preset", preset), ("size", size), ("task", task),
+                                      ("config", config), ("tokenizer", tokenizer))
+             if value is not None] + sorted(overrides)
+    kind = _file_kind(path)
+    if kind in ("run", "export"):
+        if given:
+            raise ValueError(f"{path}: a seqmix {'run' if kind == 'run' else 'export'} brings "
+                             f"its own configuration; {', '.join(given)} apply only to a bare "
+                             "state dict")
+        cpp, run_config, tok = _C.load_run(path) if kind == "run" else _C.load_export(path)
+        model = Model(cpp, run_config, tok)
         model.eval()
         return model
-    else:
-        cpp, run_config, tok = _C.load_export(path)
-    model = Model(cpp, run_config, tok)
+    # A state dict from torch.save: read with torch's restricted unpickler, then loaded
+    # strictly into the model the arguments describe.
+    if not given:
+        raise ValueError(f"{path} holds no configuration (a bare state dict): give it as to "
+                         "seqmix.build, e.g. seqmix.load(path, preset='weird-net', "
+                         "size='mini', d_model=...)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the unpickler raises many kinds on a file that is no pickle
+        raise RuntimeError(f"{path}: neither a seqmix run, checkpoint or export nor a state "
+                           f"dict that torch.load can read ({type(e).__name__}: {e})") from None
+    if not isinstance(state, collections.abc.Mapping) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise RuntimeError(f"{path}: expected a state dict (parameter name -> tensor), "
+                           f"got {type(state).__name__}")
+    for name, t in state.items():
+        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{path}: tensor '{name}' holds {t.dtype} values; seqmix reads "
+                             "float32 or float64")
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise ValueError(f"{path}: tensor '{name}' holds non-finite values")
+    model = build(preset or "weird-net", size, task=task, config=config, tokenizer=tokenizer,
+                  **overrides)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise RuntimeError(f"{path}: {e}") from None
     model.eval()
     return model
 
 
-def _is_checkpoint(path):
-    # A seqmix checkpoint is a LibTorch archive (torch::serialize::OutputArchive), which
-    # holds "<name>/constants.pkl"; an export or a torch.save'd state dict is a plain pickle
-    # archive without it. Decided by the zip listing, not the file name; a file that is no
-    # zip at all goes to load_export, which says what it is not.
+def _file_kind(path):
+    """'run' (a run folder or a LibTorch checkpoint archive, which holds constants.pkl),
+    'export' (a plain pickle archive whose data names the seqmix.export format) or 'other'.
+    Decided from the zip listing and bytes, never by unpickling."""
     import zipfile
+    if os.path.isdir(path):
+        return "run"
     try:
         with zipfile.ZipFile(path) as z:
-            return any(n.endswith("/constants.pkl") for n in z.namelist())
-    except (OSError, zipfile.BadZipFile):
-        return False
+            names = z.namelist()
+            if any(n.endswith("/constants.pkl") for n in names):
+                return "run"
+            data = [n for n in names if n.endswith("/data.pkl")]
+            if data and b"seqmix.export" in z.read(data[0]):
+                return "export"
+    except (OSError, zipfile.BadZipFile, KeyError):
+        pass
+    return "other"
 
 
 def export(run, file, *, overwrite=False):
     """``seqmix export RUN --out FILE``: the run's state dict (names as ``state_dict()``
     gives them) and resolved configuration (a dict) in a file that plain ``torch.load``
     opens without seqmix. Refuses an existing file unless ``overwrite``."""
-    _C.export_run(os.fspath(run), os.fspath(file), bool(overwrite))
+    _bool("overwrite", overwrite)
+    try:
+        _C.export_run(os.fspath(run), os.fspath(file), overwrite)
+    except (RuntimeError, ValueError) as e:
+        raise type(e)(_python_words(str(e))) from None

@@ -11,7 +11,13 @@ tree, named as the C++ module names them. So:
   the C++ module sees the new dtype; only the CPU is supported (LibTorch here has no CUDA);
 * ``train()`` / ``eval()`` switch the C++ module too (dropout, batch norm).
 
-There is one implementation of every layer, the C++ one; nothing here recomputes it.
+There is one implementation of every layer, the C++ one; nothing here recomputes it. What
+PyTorch does by replacing a module's tensors or calling its Python submodules therefore does
+not reach the C++ forward, and is refused or unsupported: assigning a new tensor or module to
+a name the C++ module owns raises AttributeError (copy into it instead:
+``with torch.no_grad(): m.w.copy_(t)``); ``torch.nn.utils.stateless.functional_call``,
+parametrizations such as ``weight_norm``, and forward hooks on submodules of a seqmix layer
+(hooks on the layer itself work) do not apply.
 """
 import torch
 
@@ -50,6 +56,34 @@ class CppModule(torch.nn.Module):
         for name, child in self._cpp.named_children():
             self._modules[name] = CppModule(child)
         self.training = self._cpp.training
+
+    def __setattr__(self, name, value):
+        # A new tensor or module under a C++-owned name would be seen by Python (state_dict,
+        # optimisers) but never by the C++ forward, which keeps reading its own.
+        owned = self.__dict__.get("_parameters", {}), self.__dict__.get("_buffers", {}), \
+            self.__dict__.get("_modules", {})
+        if "_cpp" in self.__dict__ and any(name in d for d in owned):
+            raise AttributeError(
+                f"cannot replace '{name}' of a seqmix {self._cpp.type_name}: the C++ module "
+                f"reads its own tensors; copy into it instead (with torch.no_grad(): "
+                f"module.{name}.copy_(value))")
+        super().__setattr__(name, value)
+
+    # A C++ ModuleList's children are named 0, 1, ...: index and iterate them as in PyTorch.
+    def __getitem__(self, index):
+        children = list(self._modules.values())
+        if isinstance(index, slice):
+            raise TypeError("seqmix module lists cannot be sliced; index them one by one")
+        return children[index]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __bool__(self):  # a module is true whatever its number of children
+        return True
+
+    def __iter__(self):
+        return iter(self._modules.values())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(

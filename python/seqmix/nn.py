@@ -35,6 +35,12 @@ def _flag(name, value):
     return value
 
 
+def _probability(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
 def _number(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name}: expected a finite number, got {value!r}")
@@ -97,7 +103,7 @@ class SelfAttention(_Mixer):
         self.d_model = _positive("d_model", d_model)
         super().__init__(_C.self_attention(
             d_model, _positive("n_heads", n_heads), _flag("causal", causal),
-            _number("dropout", dropout), _flag("bias", bias), _choice("impl", impl, _IMPLS),
+            _probability("dropout", dropout), _flag("bias", bias), _choice("impl", impl, _IMPLS),
             _positive("n_layers", n_layers)))
 
 
@@ -205,7 +211,7 @@ class Block(CppModule):
                                   _choice("activation", activation,
                                           ("gelu", "relu", "leaky_relu")),
                                   _flag("ffn_bias", ffn_bias), _flag("pre_norm", pre_norm),
-                                  _number("dropout", dropout), _flag("norm", norm),
+                                  _probability("dropout", dropout), _flag("norm", norm),
                                   _flag("with_ffn", with_ffn),
                                   _choice("norm_type", norm_type, ("layer", "batch")),
                                   _positive("n_layers", n_layers)))

@@ -9,8 +9,9 @@ their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.gra
 Legend: B batch, L sequence length, D channels, H heads (attention) or channels (CES).
 
 Errors: a wrong type raises TypeError naming the argument; a wrong choice ValueError naming
-the argument and the choices; a shape or dtype the op refuses RuntimeError with the op's
-message, which names the argument (e.g. "aib_scan: v must have the shape of a ...").
+the argument and the choices; a shape or dtype the op refuses RuntimeError (ValueError for
+the Extractor) with the op's message, which names the argument as the papers do (e.g.
+"aib_scan_fused: V must match A [2, 5, 4], got [2, 5, 3]").
 """
 import collections
 

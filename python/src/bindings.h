@@ -4,9 +4,28 @@
 
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <string>
+
 namespace py = pybind11;
 
 namespace seqmix::python {
+
+using ModulePtr = std::shared_ptr<torch::nn::Module>;
+
+// An optional tensor argument (None from Python) as the undefined tensor the ops take.
+inline at::Tensor or_undefined(const c10::optional<at::Tensor>& t) {
+  return t ? *t : at::Tensor();
+}
+
+// A module handle as the C++ type a call needs; a TypeError (not a crash) for any other.
+template <typename T>
+std::shared_ptr<T> as(const ModulePtr& module, const char* what) {
+  auto p = std::dynamic_pointer_cast<T>(module);
+  if (!p) throw py::type_error(std::string("expected ") + what + ", got the C++ module '" +
+                               (module ? module->name() : std::string("None")) + "'");
+  return p;
+}
 
 void bind_ops(py::module_& m);     // ops.cpp: seqmix.ops
 void bind_modules(py::module_& m);  // modules.cpp: seqmix.nn and whole models

@@ -7,8 +7,10 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
   m.attr("__version__") = SEQMIX_VERSION;
   // LibTorch's checks (TORCH_CHECK) throw c10::Error, whose what() carries a C++ backtrace:
-  // Python users get the message alone, as the exception type Python code expects.
-  py::register_exception_translator([](std::exception_ptr p) {
+  // Python users get the message alone, as the exception type Python code expects. Local:
+  // it applies to this module's functions only (pybind11's global list is shared with
+  // torch._C and every other extension of the same pybind11 build).
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const c10::IndexError& e) {

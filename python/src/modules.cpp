@@ -17,20 +17,8 @@
 namespace seqmix::python {
 namespace {
 
-using ModulePtr = std::shared_ptr<torch::nn::Module>;
 namespace sn = seqmix::nn;
 namespace so = seqmix::ops;
-
-at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); }
-
-// The handle as the C++ type a call needs; a TypeError (not a crash) for any other module.
-template <typename T>
-std::shared_ptr<T> as(const ModulePtr& module, const char* what) {
-  auto p = std::dynamic_pointer_cast<T>(module);
-  if (!p) throw py::type_error(std::string("expected ") + what + ", got the C++ module '" +
-                               (module ? module->name() : std::string("None")) + "'");
-  return p;
-}
 
 template <typename Dict>
 std::vector<std::pair<std::string, at::Tensor>> items(const Dict& dict) {

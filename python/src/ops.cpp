@@ -15,8 +15,6 @@ namespace {
 
 namespace so = seqmix::ops;
 
-at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); }
-
 so::CESCoefficients coefficients(const at::Tensor& q, const at::Tensor& mu, const at::Tensor& c) {
   return so::CESCoefficients{q, mu, c};
 }

@@ -18,14 +18,8 @@
 namespace seqmix::python {
 namespace {
 
-using ModulePtr = std::shared_ptr<torch::nn::Module>;
-
-// A model handle as the C++ model (the Python side only ever passes handles it got from here).
 models::SequenceModel model_of(const ModulePtr& module) {
-  auto p = std::dynamic_pointer_cast<models::SequenceModelImpl>(module);
-  if (!p) throw py::type_error("expected a seqmix model, got the C++ module '" +
-                               (module ? module->name() : std::string("None")) + "'");
-  return models::SequenceModel(p);
+  return models::SequenceModel(as<models::SequenceModelImpl>(module, "a seqmix model"));
 }
 
 py::tuple loaded(train::LoadedRun run) {

@@ -28,6 +28,9 @@ std::string to_string(AIBWeights w) {
 }
 
 int64_t aib_num_levels(int64_t max_len) {
+  // 2^k must stay representable: past 2^62 the loop below would never end.
+  TORCH_CHECK_VALUE(max_len <= (int64_t{1} << 62), "aib_num_levels: max_len must be at most 2^62, got ",
+                    max_len);
   int64_t k = 0;
   while ((int64_t{1} << k) < max_len) ++k;
   return k < 1 ? 1 : k;

@@ -1237,6 +1237,8 @@ void check_loaded_tensor(const std::string& path, const std::string& name, const
   check_tensor(path, name, t, noun);
 }
 
+bool finite_values(const at::Tensor& t) { return all_finite(t); }
+
 }  // namespace detail
 
 }  // namespace seqmix::train

@@ -1,10 +1,12 @@
 #include "seqmix/train/export.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
 #include <toml++/toml.h>
 
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -98,10 +100,6 @@ void put_toml(toml::table& into, const std::string& name, const c10::IValue& v,
 
 std::string shape(const at::Tensor& t) { return c10::str(t.sizes()); }
 
-bool all_finite(const at::Tensor& t) {
-  return !at::isFloatingType(t.scalar_type()) || t.numel() == 0 ||
-         at::isfinite(t).all().item<bool>();
-}
 
 // The model's parameters and buffers, in the order state_dict() gives them, with their kind.
 std::vector<std::pair<std::string, std::pair<at::Tensor, const char*>>> model_tensors(
@@ -147,7 +145,7 @@ void load_strict(const std::string& what, const std::vector<std::pair<std::strin
           (at::isFloatingType(dst.scalar_type()) ? std::string("float32 or float64")
                                                  : std::string(c10::toString(dst.scalar_type()))) +
           " for it");
-    if (!all_finite(t)) throw std::runtime_error(what + " holds non-finite values in " + name);
+    if (!detail::finite_values(t)) throw std::runtime_error(what + " holds non-finite values in " + name);
     copies.emplace_back(dst, t);
   }
   torch::NoGradGuard no_grad;
@@ -337,7 +335,19 @@ void save_run(const std::string& out_dir, models::SequenceModel& model, const Ru
   // The model train() would build for this configuration: its parameters are checked against
   // `model`'s, take their values, and are what the checkpoint and optimizer are written from
   // (so the optimizer's parameter groups are exactly a fresh run's).
+  // Building it draws an initialisation from the default generator: restored afterwards, so
+  // that saving leaves the caller's random stream as it was.
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng_state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng_state = generator.get_state();
+  }
   models::SequenceModel fresh(config.model);
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng_state);
+  }
   {
     std::vector<std::pair<std::string, at::Tensor>> given;
     for (const auto& [key, m] : model_tensors(model)) given.emplace_back(key, m.first.detach());

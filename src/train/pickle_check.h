@@ -26,4 +26,7 @@ void verify_plain_pickle(const std::string& path, const std::string& noun,
 void check_loaded_tensor(const std::string& path, const std::string& name, const at::Tensor& t,
                          const std::string& noun);
 
+// True unless a floating tensor holds NaN or infinity (the check checkpoints apply).
+bool finite_values(const at::Tensor& t);
+
 }  // namespace seqmix::train::detail

@@ -22,21 +22,15 @@
 #include "seqmix/util/memory.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
+#include "support/errors.h"
+
+using seqmix::testing::error_of;
 
 using namespace seqmix;
 using seqmix::testing::run_cli;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 std::string resolve_error(const std::vector<std::string>& overrides) {
   return error_of([&] { train::resolve_config("", overrides); });
@@ -125,7 +119,7 @@ TEST(ConfigValues, EveryBadNumberNamesItsKey) {
   // Valid values at the edges still pass.
   EXPECT_EQ(resolve_error({"train.grad_clip=0", "train.threads=0", "train.seed=0",
                            "train.max_steps=0", "model.dropout=0.5", "train.min_lr_ratio=1"}),
-            "no error");
+            "(no error)");
 }
 
 TEST(ConfigValues, TomlFilesAndStoredConfigurationsAreCheckedToo) {
@@ -185,7 +179,7 @@ TEST(Resources, ImpossibleRequestsFailUpFrontNamingTheKey) {
   EXPECT_TRUE(contains(e, "model.n_layers 1000000000")) << e;
   // The defaults and a machine-sized thread count pass.
   EXPECT_EQ(resolve_error({"train.threads=" + std::to_string(std::thread::hardware_concurrency())}),
-            "no error");
+            "(no error)");
 }
 
 TEST(Resources, ParameterCountsNeverOverflow) {

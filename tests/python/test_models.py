@@ -38,7 +38,7 @@ def test_build_overrides_and_config():
     cfg = m.config
     assert cfg["model"]["preset"] == "weird-net" and cfg["model"]["max_len"] == 64
     assert cfg["model"]["aib"]["weights"] == "exp"
-    assert cfg["train"]["lr"] == 2e-3
+    assert cfg["train"]["lr"] == 2e-3 and cfg["train"]["seed"] == 1
     assert m.tokenizer.vocab_size == 256
     tokens = torch.randint(256, (2, 10))
     assert m(tokens).shape == (2, 10, 256)
@@ -88,6 +88,13 @@ def test_generate_matches_cli(cli_run):
         model.generate("x", 3, top_p=1.5)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate("x", -1)
+    for kwargs, word in ((dict(temperature="a"), "temperature"), (dict(top_k=2 ** 64), "top_k"),
+                         (dict(seed=-1), "seed"), (dict(temperature=-1.0), "temperature")):
+        with pytest.raises(ValueError, match=word):
+            model.generate("x", 3, **kwargs)
+    # The layers of the stack index like a torch.nn.ModuleList.
+    assert len(model.blocks) == model.config["model"]["n_layers"]
+    assert model.blocks[0].mixer is not None and list(model.blocks)[-1] is model.blocks[-1]
 
 
 def test_python_training_then_cli(tmp_path, corpus):
@@ -119,9 +126,19 @@ def test_python_training_then_cli(tmp_path, corpus):
     _, out, err = cli("train", "--out", run, "--resume", "--max-steps", "43", "--threads", "1")
     assert last_json(out)["steps"] == 43
     # A run folder is never overwritten by mistake.
-    with pytest.raises(RuntimeError, match="overwrite|already"):
+    with pytest.raises(RuntimeError, match="already holds a run.*overwrite=True"):
         model.save(run)
+    with pytest.raises(TypeError, match="overwrite"):
+        model.save(run, overwrite="no")
+    # Saving leaves the caller's random stream as it was (it builds a model internally).
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
     model.save(run, overwrite=True)
+    assert torch.equal(torch.rand(3), expected)
+    # A run or an export brings its own configuration.
+    with pytest.raises(ValueError, match="own configuration.*size"):
+        seqmix.load(run, size="tiny")
 
 
 def test_export_opens_with_plain_torch(cli_run, tmp_path):
@@ -155,6 +172,8 @@ print(d["config"]["model"]["preset"])
     with pytest.raises(RuntimeError, match="again.pt"):
         seqmix.export(cli_run, tmp_path / "again.pt")
     assert seqmix.load(tmp_path / "again.pt").state_dict().keys() == model.state_dict().keys()
+    with pytest.raises(ValueError, match="own configuration.*size"):
+        seqmix.load(f, size="tiny")
     cli("import", f, "--out", tmp_path / "imported")
     _, a, _ = cli("eval", tmp_path / "imported", "--threads", "1")
     _, b, _ = cli("eval", cli_run, "--threads", "1")
@@ -165,17 +184,19 @@ def test_bare_state_dict_round_trip(cli_run, tmp_path):
     model = seqmix.load(cli_run)
     f = tmp_path / "sd.pt"
     torch.save(dict(model.state_dict()), f)
+    torch.save(model.state_dict(), tmp_path / "od.pt")
     cfg = model.config["model"]
     again = seqmix.load(f, preset="weird-net", size="tiny", max_len=cfg["max_len"])
     tokens = torch.randint(256, (1, 12))
     torch.testing.assert_close(again(tokens), model(tokens), rtol=0, atol=0)
     # Without a configuration, or with the wrong one, the error names what is wrong.
-    with pytest.raises((RuntimeError, ValueError), match="configuration|--model"):
+    with pytest.raises(ValueError, match="no configuration.*seqmix.build"):
         seqmix.load(f)
+    with pytest.raises(ValueError, match="no configuration.*seqmix.build"):
+        seqmix.load(tmp_path / "od.pt")  # an OrderedDict, as torch.save(m.state_dict()) writes
     with pytest.raises(RuntimeError, match="pos_emb"):
         seqmix.load(f, preset="weird-net", size="tiny", max_len=2 * cfg["max_len"])
     # torch.save(model.state_dict()) (an OrderedDict) loads as well.
-    torch.save(model.state_dict(), tmp_path / "od.pt")
     od = seqmix.load(tmp_path / "od.pt", preset="weird-net", size="tiny", max_len=cfg["max_len"])
     torch.testing.assert_close(od(tokens), model(tokens), rtol=0, atol=0)
     sd = dict(model.state_dict())

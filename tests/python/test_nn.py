@@ -172,3 +172,57 @@ def test_bad_forward_raises():
     with pytest.raises(TypeError, match="deep-"):
         import copy
         copy.deepcopy(m)
+
+
+def test_cpp_owned_names_cannot_be_replaced():
+    m = snn.AIBAttention(8, 16)
+    with pytest.raises(AttributeError, match="copy into it"):
+        m.w = torch.nn.Parameter(torch.zeros(4, 8))
+    with pytest.raises(AttributeError, match="w_o"):
+        m.w_o = torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        m.w_o.weight.zero_()
+        m.w_o.bias.fill_(0.5)
+    # Copying into the tensor reaches the C++ forward.
+    torch.testing.assert_close(m(torch.randn(2, 3, 8)), torch.full((2, 3, 8), 0.5))
+    m.note = "plain attributes are fine"
+    assert m.note.startswith("plain")
+
+
+def test_train_eval_reach_the_cpp_modules():
+    block = snn.Block(snn.AIBAttention(8, 16), dropout=0.1)
+    block.eval()
+    assert not block._cpp.training and not block.mixer._cpp.training
+    block.train()
+    assert block._cpp.training and block.mixer._cpp.training and block.ffn._cpp.training
+
+
+def test_batch_norm_buffers_follow_dtype_and_state_dict():
+    torch.manual_seed(7)
+    block = snn.Block(snn.ESMLP(8, 12), with_ffn=False, norm_type="batch")
+    buffers = dict(block.named_buffers())
+    assert "bn_1.running_mean" in buffers
+    block.train()
+    block(torch.randn(4, 6, 8) + 3.0)
+    assert buffers["bn_1.running_mean"].abs().sum() > 0  # updated by the C++ forward
+    other = snn.Block(snn.ESMLP(8, 12), with_ffn=False, norm_type="batch")
+    other.load_state_dict(block.state_dict())
+    torch.testing.assert_close(dict(other.named_buffers())["bn_1.running_mean"],
+                               buffers["bn_1.running_mean"])
+    block.double()
+    assert buffers["bn_1.running_mean"].dtype == torch.float64
+    block.eval()
+    assert block(torch.randn(2, 5, 8, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("make", [lambda: snn.SelfAttention(8, 2, dropout=1.5),
+                                  lambda: snn.SelfAttention(8, 2, dropout=-0.1),
+                                  lambda: snn.Block(snn.AIBAttention(8, 8), dropout=1.0)])
+def test_dropout_must_be_a_probability(make):
+    with pytest.raises(ValueError, match="dropout"):
+        make()
+
+
+def test_huge_max_len_is_refused_not_hung():
+    with pytest.raises(ValueError, match="max_len"):
+        snn.AIBAttention(4, 2 ** 62 + 1)

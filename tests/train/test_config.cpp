@@ -6,19 +6,13 @@
 #include "seqmix/train/config.h"
 #include "seqmix/train/schedule.h"
 #include "support/gradcheck.h"
+#include "support/errors.h"
+
+using seqmix::testing::error_of;
 
 using namespace seqmix;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(Config, PresetThenFileThenOverrides) {
   const std::string dir = seqmix::testing::temp_dir("config");

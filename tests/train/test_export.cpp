@@ -20,6 +20,9 @@
 #include "seqmix/train/resolve.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
+#include "support/errors.h"
+
+using seqmix::testing::error_of;
 
 using namespace seqmix;
 namespace fs = std::filesystem;
@@ -27,15 +30,6 @@ using seqmix::testing::read_text;
 using seqmix::testing::run_cli;
 
 namespace {
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
 
 // The CLI flags and the request of one tiny byte-level language model on `corpus`.
 std::string tiny_flags(const std::string& corpus) {
@@ -105,22 +99,22 @@ TEST(Export, SaveRunAndExportGiveIdenticalLogits) {
   EXPECT_TRUE(back.tokenizer.is_bytes());
 
   // Nothing is replaced without overwrite; a run's own checkpoint is never written.
-  EXPECT_NE(message_of([&] { train::export_run(run, file, false); }).find("exists; give --overwrite"),
+  EXPECT_NE(error_of([&] { train::export_run(run, file, false); }).find("exists; give --overwrite"),
             std::string::npos);
   EXPECT_NO_THROW(train::export_run(run, file, true));
-  EXPECT_NE(message_of([&] { train::export_run(run, run + "/checkpoint.pt", true); })
+  EXPECT_NE(error_of([&] { train::export_run(run, run + "/checkpoint.pt", true); })
                 .find("the checkpoint being exported"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { train::export_run(file, t.dir + "/x.pt", false); })
+  EXPECT_NE(error_of([&] { train::export_run(file, t.dir + "/x.pt", false); })
                 .find("checkpoint '" + file + "'"),
             std::string::npos);  // an export is not a checkpoint
-  EXPECT_NE(message_of([&] { train::save_run(run, t.model, t.config, data::Tokenizer::bytes(), 0, false); })
+  EXPECT_NE(error_of([&] { train::save_run(run, t.model, t.config, data::Tokenizer::bytes(), 0, false); })
                 .find("already holds a run (checkpoint.pt, config.toml)"),
             std::string::npos);
   EXPECT_EQ(train::CheckpointFile(run + "/checkpoint.pt").load(stored.model, nullptr), 3);
 
   // An export's configuration is its own.
-  EXPECT_NE(message_of([&] { train::load_export(file, &t.request); })
+  EXPECT_NE(error_of([&] { train::load_export(file, &t.request); })
                 .find("applies only to a bare state dict"),
             std::string::npos);
 }
@@ -136,7 +130,7 @@ TEST(Export, SaveRunReplacesARunOnlyWithOverwriteAndChecksTheModel) {
   // A folder of the user's own is not written into.
   fs::create_directories(t.dir + "/mine");
   std::ofstream(t.dir + "/mine/notes.txt") << "x";
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of([&] {
               train::save_run(t.dir + "/mine", t.model, t.config, data::Tokenizer::bytes(), 0, true);
             }).find("holds no seqmix run"),
             std::string::npos);
@@ -144,7 +138,7 @@ TEST(Export, SaveRunReplacesARunOnlyWithOverwriteAndChecksTheModel) {
   // A model that is not the configuration's: refused, and no folder is made.
   train::RunConfig other = t.config;
   other.model.d_model = 32;
-  const std::string msg = message_of(
+  const std::string msg = error_of(
       [&] { train::save_run(t.dir + "/bad", t.model, other, data::Tokenizer::bytes(), 0, false); });
   EXPECT_NE(msg.find("save_run: the model given: parameter 'pos_emb' has shape [32, 64], a model "
                      "of this configuration has [32, 32]"),
@@ -159,7 +153,7 @@ TEST(Export, BareStateDictNeedsAConfigurationAndLoadsStrictly) {
   const std::string sd = t.dir + "/sd.pt";
   write_pickle(sd, state_of(t.model));
 
-  EXPECT_NE(message_of([&] { train::load_export(sd, nullptr); })
+  EXPECT_NE(error_of([&] { train::load_export(sd, nullptr); })
                 .find("export '" + sd + "' holds no configuration (a bare state dict): give it "
                       "with --model/--size, --config or --set"),
             std::string::npos);
@@ -177,7 +171,7 @@ TEST(Export, BareStateDictNeedsAConfigurationAndLoadsStrictly) {
   ASSERT_TRUE(state_of(t.model).contains(name)) << "the AIB distance parameter moved";
   auto expect_error = [&](c10::Dict<std::string, at::Tensor> d, const std::string& want_msg) {
     write_pickle(sd, d);
-    const std::string msg = message_of([&] { train::load_export(sd, &t.request); });
+    const std::string msg = error_of([&] { train::load_export(sd, &t.request); });
     EXPECT_NE(msg.find(want_msg), std::string::npos) << msg;
   };
   auto d = state_of(t.model);
@@ -211,14 +205,14 @@ TEST(Export, BareStateDictNeedsAConfigurationAndLoadsStrictly) {
 TEST(Export, FilesThatAreNeitherKindAreErrorsNamingTheFile) {
   Tiny t("export-garbage");
   const std::string f = t.dir + "/bad.pt";
-  auto error_of = [&](const train::RunRequest* cfg = nullptr) {
-    return message_of([&] { train::load_export(f, cfg); });
+  auto load_error = [&](const train::RunRequest* cfg = nullptr) {
+    return error_of([&] { train::load_export(f, cfg); });
   };
-  EXPECT_NE(error_of().find("export '" + f + "' does not exist"), std::string::npos);
+  EXPECT_NE(load_error().find("export '" + f + "' does not exist"), std::string::npos);
   std::ofstream(f) << "not a zip file at all, just some text\n";
-  EXPECT_NE(error_of().find("export '" + f + "' is corrupt or not a seqmix export or state dict"),
+  EXPECT_NE(load_error().find("export '" + f + "' is corrupt or not a seqmix export or state dict"),
             std::string::npos)
-      << error_of();
+      << load_error();
 
   // Truncated: every prefix of a good file is refused, none crashes.
   write_pickle(f, state_of(t.model));
@@ -226,7 +220,7 @@ TEST(Export, FilesThatAreNeitherKindAreErrorsNamingTheFile) {
   for (size_t n : {size_t{0}, size_t{10}, whole.size() / 3, whole.size() / 2, whole.size() - 30,
                    whole.size() - 1}) {
     std::ofstream(f, std::ios::binary | std::ios::trunc) << whole.substr(0, n);
-    const std::string msg = error_of(&t.request);
+    const std::string msg = load_error(&t.request);
     EXPECT_NE(msg.find("export '" + f + "'"), std::string::npos) << n << ": " << msg;
     EXPECT_NE(msg.find("corrupt"), std::string::npos) << n << ": " << msg;
   }
@@ -234,11 +228,11 @@ TEST(Export, FilesThatAreNeitherKindAreErrorsNamingTheFile) {
   std::string flipped = whole;
   flipped[whole.size() / 4] ^= 0x5a;
   std::ofstream(f, std::ios::binary | std::ios::trunc) << flipped;
-  EXPECT_NE(error_of(&t.request).find("export '" + f + "'"), std::string::npos);
+  EXPECT_NE(load_error(&t.request).find("export '" + f + "'"), std::string::npos);
 
   // A pickle that is not a dict.
   write_pickle(f, c10::IValue(at::zeros({3})));
-  EXPECT_NE(error_of().find("does not hold a dict"), std::string::npos) << error_of();
+  EXPECT_NE(load_error().find("does not hold a dict"), std::string::npos) << load_error();
 
   auto generic = [] {
     return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
@@ -246,23 +240,23 @@ TEST(Export, FilesThatAreNeitherKindAreErrorsNamingTheFile) {
   auto d = generic();
   d.insert("format", std::string("other.format"));
   write_pickle(f, d);
-  EXPECT_NE(error_of().find("has format 'other.format'; seqmix reads 'seqmix.export' files"),
+  EXPECT_NE(load_error().find("has format 'other.format'; seqmix reads 'seqmix.export' files"),
             std::string::npos)
-      << error_of();
+      << load_error();
   d = generic();
   d.insert("format", std::string(train::kExportFormat));
   d.insert("version", int64_t{2});
   write_pickle(f, d);
-  EXPECT_NE(error_of().find("has version 2 (written by a newer seqmix); this seqmix reads version 1"),
+  EXPECT_NE(load_error().find("has version 2 (written by a newer seqmix); this seqmix reads version 1"),
             std::string::npos)
-      << error_of();
+      << load_error();
   d = generic();
   d.insert("weight", at::zeros({2}));
   d.insert("note", std::string("hello"));
   write_pickle(f, d);
-  EXPECT_NE(error_of(&t.request).find("nor a bare state dict: the dict entry 'note' is a str"),
+  EXPECT_NE(load_error(&t.request).find("nor a bare state dict: the dict entry 'note' is a str"),
             std::string::npos)
-      << error_of(&t.request);
+      << load_error(&t.request);
 }
 
 TEST(Export, CliExportImportEvalGenerateResume) {
@@ -362,7 +356,7 @@ TEST(BpeRun, ExportKeepsItsTokenizer) {
   const train::LoadedRun back = train::load_export(t.dir + "/bpe.pt", nullptr);
   EXPECT_TRUE(back.tokenizer.same_as(tok));
   EXPECT_EQ(back.config.model.vocab_size, 300);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of([&] {
               train::save_run(t.dir + "/bytes", model, config, data::Tokenizer::bytes(), 0, false);
             }).find("model.vocab_size is 300"),
             std::string::npos);

@@ -17,6 +17,9 @@
 #include "seqmix/util/paths.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
+#include "support/errors.h"
+
+using seqmix::testing::error_of;
 
 namespace {
 
@@ -34,15 +37,6 @@ bool has_private_dirs(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().filename().string().rfind(".seqmix-plot-", 0) == 0) return true;
   return false;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Sets PATH for the scope of the object.

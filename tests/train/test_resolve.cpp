@@ -13,6 +13,9 @@
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/resolve.h"
 #include "support/gradcheck.h"
+#include "support/errors.h"
+
+using seqmix::testing::error_of;
 
 using namespace seqmix;
 
@@ -35,15 +38,6 @@ std::string bpe_model(const std::string& dir) {
   o.announce = false;
   data::Tokenizer::train(corpus.train(), o).save(dir + "/bpe.model");
   return dir + "/bpe.model";
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
 }
 
 }  // namespace
@@ -78,7 +72,7 @@ TEST(Resolve, TokenizerSetsVocabSizeAndAMismatchIsRefused) {
   by_key.overrides = {"model.size=tiny", "data.tokenizer=\"" + model + "\""};
   const auto bad = train::resolve_run(by_key);
   EXPECT_EQ(bad.model.vocab_size, 256);
-  const std::string why = message_of([&] { train::resolve_tokenizer(bad); });
+  const std::string why = error_of([&] { train::resolve_tokenizer(bad); });
   EXPECT_NE(why.find("model.vocab_size is 256 but tokenizer '" + model + "' has 300 pieces; "
                      "set model.vocab_size=300"),
             std::string::npos)
@@ -104,7 +98,7 @@ TEST(Resolve, ClassifierVocabularyIsItsTasks) {
 TEST(Resolve, TokenizerThatIsNotAModel) {
   const std::string dir = seqmix::testing::temp_dir("resolve-badtok");
   std::ofstream(dir + "/x.model") << "not a model";
-  const std::string why = message_of([&] { train::tokenizer_overrides(dir + "/x.model"); });
+  const std::string why = error_of([&] { train::tokenizer_overrides(dir + "/x.model"); });
   EXPECT_NE(why.find("is not a SentencePiece model"), std::string::npos) << why;
   std::filesystem::remove_all(dir);
 }
@@ -121,7 +115,7 @@ TEST(Resolve, TrainingRunAndResume) {
   EXPECT_FALSE(fresh.options.checkpoint);
   EXPECT_FALSE(std::filesystem::exists(dir + "/run"));  // resolving creates nothing
 
-  EXPECT_EQ(message_of([&] { train::resolve_training(r, "", true); }),
+  EXPECT_EQ(error_of([&] { train::resolve_training(r, "", true); }),
             "--resume needs --out <run folder>");
   EXPECT_THROW(train::resolve_training(r, dir + "/none", true), std::runtime_error);
 
@@ -191,12 +185,12 @@ TEST(Resolve, ClassifierEvaluationRequests) {
   train::EvalRequest request;
   request.run = "runs/lo";
   request.data = "sotu";
-  EXPECT_EQ(message_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
+  EXPECT_EQ(error_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
             "--data: 'runs/lo' is a classifier on task 'listops', which brings its own data; "
             "give --split instead");
   request.data.clear();
   request.split = "dev";
-  EXPECT_EQ(message_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
+  EXPECT_EQ(error_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
             "--split: a task has the splits train, valid and test, got 'dev'");
 }
 

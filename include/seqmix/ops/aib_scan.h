@@ -36,6 +36,7 @@ AIBWeights parse_aib_weights(const std::string& name);
 std::string to_string(AIBWeights w);
 
 /// Number of distance levels needed for sequences up to `max_len`: ceil(log2 max_len), >= 1.
+/// @throws c10::ValueError if max_len > 2^62.
 int64_t aib_num_levels(int64_t max_len);
 
 /// Per-level distance weights W [K, D] (W_j multiplies distance 2^j) from w [K, D].
