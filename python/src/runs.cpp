@@ -22,6 +22,17 @@ models::SequenceModel model_of(const ModulePtr& module) {
   return models::SequenceModel(as<models::SequenceModelImpl>(module, "a seqmix model"));
 }
 
+// Checked sampling options (generate::validate's errors name the CLI flags; Model.generate
+// checks its keywords first).
+generate::SamplingOptions sampling(double temperature, int64_t top_k, double top_p) {
+  generate::SamplingOptions options;
+  options.temperature = temperature;
+  options.top_k = top_k;
+  options.top_p = top_p;
+  generate::validate(options);
+  return options;
+}
+
 py::tuple loaded(train::LoadedRun run) {
   return py::make_tuple(ModulePtr(run.model.ptr()), std::move(run.config),
                         std::move(run.tokenizer));
@@ -108,11 +119,7 @@ void bind_runs(py::module_& m) {
       [](const ModulePtr& module, const data::TokenIds& prompt, int64_t max_new_tokens,
          double temperature, int64_t top_k, double top_p, uint64_t seed) {
         models::SequenceModel model = model_of(module);
-        generate::SamplingOptions options;
-        options.temperature = temperature;
-        options.top_k = top_k;
-        options.top_p = top_p;
-        generate::validate(options);
+        const generate::SamplingOptions options = sampling(temperature, top_k, top_p);
         py::gil_scoped_release release;
         return generate::generate_tokens(model, prompt, max_new_tokens, options, seed);
       },
@@ -124,11 +131,7 @@ void bind_runs(py::module_& m) {
          int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
          uint64_t seed) {
         models::SequenceModel model = model_of(module);
-        generate::SamplingOptions options;
-        options.temperature = temperature;
-        options.top_k = top_k;
-        options.top_p = top_p;
-        generate::validate(options);
+        const generate::SamplingOptions options = sampling(temperature, top_k, top_p);
         std::string text;
         {
           py::gil_scoped_release release;
