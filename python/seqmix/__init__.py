@@ -57,11 +57,10 @@ def _bool(name, value):
 
 
 def _python_words(message):
-    # The library's messages name command-line flags; say what the Python call names.
-    for flag, word in (("--overwrite", "overwrite=True"), ("--temperature", "temperature"),
-                       ("--top-p", "top_p"), ("--top-k", "top_k")):
-        message = message.replace(flag, word)
-    return message
+    # The run-folder and export messages name the command line's --overwrite; say what the
+    # Python call names. (generate's sampling values are checked here before the library
+    # would name its flags.)
+    return message.replace("--overwrite", "overwrite=True")
 
 
 def _override(key, value):
