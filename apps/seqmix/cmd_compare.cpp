@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common.h"
+#include "seqmix/dist/process_group.h"
 #include "seqmix/train/compare.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
@@ -20,31 +21,42 @@ struct CompareFlags {
   ConfigFlags config;
   train::CompareOptions options;
   std::vector<std::string> models;
+  DistFlags dist;
 };
 
 int run_compare(CompareFlags& f) {
   auto& o = f.options;
+  o.group = f.dist.join();
+  const bool writer = !o.group || o.group->rank() == 0;
   util::install_stop_signals();
   util::check_path_text(o.out_dir, "--out");
   o.config_path = f.config.config_path;
   o.shared_overrides = f.config.overrides();
   for (const auto& spec : f.models) o.models.push_back(train::parse_compare_model(spec));
-  train::resolve_compare(o);  // every check, before anything is created
-  if (!util::run_files_in(o.out_dir).empty())
-    throw std::runtime_error("--out: '" + o.out_dir +
-                             "' is a training run's folder, not a comparison's; choose another");
-  // The comparison's folder is locked as a run folder is: a second compare (or a train) into
-  // it fails at once instead of tearing its summary and plots.
-  const bool created = !std::filesystem::exists(o.out_dir);
-  std::filesystem::create_directories(o.out_dir);
   std::optional<util::FolderLock> lock;
-  try {
-    lock.emplace(o.out_dir, "compare folder");
-  } catch (...) {
-    if (created) std::filesystem::remove(o.out_dir);
-    throw;
-  }
+  auto open_folder = [&] {
+    train::resolve_compare(o);  // every check, before anything is created
+    if (!writer) return;  // rank 0's folder
+    if (!util::run_files_in(o.out_dir).empty())
+      throw std::runtime_error("--out: '" + o.out_dir +
+                               "' is a training run's folder, not a comparison's; choose another");
+    // The comparison's folder is locked as a run folder is: a second compare (or a train)
+    // into it fails at once instead of tearing its summary and plots.
+    const bool created = !std::filesystem::exists(o.out_dir);
+    std::filesystem::create_directories(o.out_dir);
+    try {
+      lock.emplace(o.out_dir, "compare folder");
+    } catch (...) {
+      if (created) std::filesystem::remove(o.out_dir);
+      throw;
+    }
+  };
+  if (o.group)
+    o.group->all_or_none("compare: opening the folder", open_folder);
+  else
+    open_folder();
   const auto r = train::compare(o);
+  if (!writer) return 0;
   for (const auto& row : r.rows)
     fmt::print("{}\n", nlohmann::json{{"name", row.name},
                                       {"preset", row.preset},
@@ -77,7 +89,11 @@ Command add_compare(CLI::App& app) {
       ->required();
   cmd->add_option("--bucket", f->options.bucket,
                   "batches per median/quartile bucket (default: max(1, max_steps / 20))");
-  return {cmd, [f](char**) { return run_compare(*f); }};
+  f->dist.add_to(cmd);
+  return {cmd, [f](char** argv) {
+    if (f->dist.launcher()) return f->dist.launch(argv);
+    return DistFlags::run_worker([&] { return run_compare(*f); });
+  }};
 }
 
 }  // namespace seqmix::cli

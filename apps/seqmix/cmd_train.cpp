@@ -6,7 +6,15 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
 #include "common.h"
+#include "seqmix/dist/launcher.h"
+#include "seqmix/dist/process_group.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/resolve.h"
 #include "seqmix/train/trainer.h"
@@ -20,21 +28,31 @@ struct TrainFlags {
   ConfigFlags config;
   std::string out;
   bool resume = false, overwrite = false, dump = false;
+  DistFlags dist;
 };
 
-int run_train(const TrainFlags& f) {
-  train::TrainOptions options = train::open_training_folder(f.out, f.resume);
-  const train::RunConfig config = train::resolve_run(
-      {f.config.config_path, "", f.config.overrides()},
-      options.checkpoint ? &options.checkpoint->config() : nullptr);
+int train_here(const TrainFlags& f) {
+  const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
+  std::shared_ptr<dist::ProcessGroup> group = f.dump ? nullptr : f.dist.join();
+  train::TrainOptions options = train::open_training_folder(f.out, f.resume, group);
+  train::RunConfig config;
+  auto resolve = [&] {
+    config = train::resolve_run({f.config.config_path, "", f.config.overrides()},
+                                options.checkpoint ? &options.checkpoint->config() : nullptr);
+  };
+  if (group)
+    group->all_or_none("resolving the configuration", resolve);
+  else
+    resolve();
   if (f.dump) {
-    std::cout << config.to_toml();
+    if (env.rank == 0) std::cout << config.to_toml();
     return 0;
   }
   if (f.out.empty()) throw std::runtime_error("train: --out <run folder> is required");
   util::install_stop_signals();
   options.overwrite = f.overwrite;
   const auto r = train::train(config, options);
+  if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (!config.data.task.empty()) {
     fmt::print("{}\n", nlohmann::json{{"steps", r.steps},
                                       {"task", config.data.task},
@@ -62,6 +80,11 @@ int run_train(const TrainFlags& f) {
   return 0;
 }
 
+int run_train(const TrainFlags& f, char** argv) {
+  if (f.dist.launcher()) return f.dist.launch(argv);
+  return DistFlags::run_worker([&] { return train_here(f); });
+}
+
 }  // namespace
 
 Command add_train(CLI::App& app) {
@@ -75,7 +98,8 @@ Command add_train(CLI::App& app) {
   cmd->add_flag("--overwrite", f->overwrite,
                 "replace the run already in <out> (kept until the new run's first checkpoint)");
   cmd->add_flag("--dump-config", f->dump, "print the resolved configuration and exit");
-  return {cmd, [f](char**) { return run_train(*f); }};
+  f->dist.add_to(cmd);
+  return {cmd, [f](char** argv) { return run_train(*f, argv); }};
 }
 
 }  // namespace seqmix::cli

@@ -1,5 +1,10 @@
 #include "common.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -9,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "seqmix/dist/launcher.h"
+#include "seqmix/dist/process_group.h"
 #include "seqmix/models/catalog.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/resolve.h"
@@ -179,6 +186,93 @@ int run_reporting_errors(const std::function<int()>& body) {
     std::fprintf(stderr, "seqmix: error: %s\n", e.what());
     return 1;
   }
+}
+
+namespace {
+
+// The flags that only the launcher reads: its workers get the command line without them.
+bool is_launcher_flag(const std::string& arg, bool& takes_value) {
+  for (const char* f : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
+                        "--master-port"}) {
+    const size_t n = std::strlen(f);
+    if (arg == f) return takes_value = true;
+    if (arg.compare(0, n, f) == 0 && arg.size() > n && arg[n] == '=') {
+      takes_value = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::chrono::milliseconds timeout_of(double seconds) {
+  if (!(seconds >= 1 && seconds <= 86400))
+    throw std::invalid_argument(fmt::format(
+        "--dist-timeout: must be a number of seconds in [1, 86400], got {}", seconds));
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
+
+void DistFlags::add_to(CLI::App* app) {
+  const char* g = "Data-parallel training (torchrun's flags and variables)";
+  app->add_option("--nproc-per-node", nproc_per_node,
+                  "start this many worker processes on this machine (one machine: "
+                  "MASTER_ADDR 127.0.0.1, a free port) and wait for them")
+      ->group(g);
+  app->add_option("--nnodes", nnodes, "machines in the job (default 1)")->group(g);
+  app->add_option("--node-rank", node_rank, "this machine's index in [0, --nnodes)")->group(g);
+  app->add_option("--master-addr", master_addr,
+                  "address of the machine with --node-rank 0 (several machines)")
+      ->group(g);
+  app->add_option("--master-port", master_port,
+                  "free TCP port on that machine for the rendezvous store")
+      ->group(g);
+  app->add_option("--dist-timeout", dist_timeout,
+                  "seconds after which a lost or hung worker ends the run (every rank exits "
+                  "non-zero naming it)")
+      ->group(g);
+}
+
+int DistFlags::launch(char** argv) const {
+  dist::LaunchOptions o;
+  o.nproc_per_node = *nproc_per_node;
+  o.nnodes = nnodes.value_or(1);
+  o.node_rank = node_rank.value_or(0);
+  o.master_addr = master_addr;
+  o.master_port = master_port.value_or(0);
+  o.timeout = timeout_of(dist_timeout);
+  if (std::getenv("RANK") || std::getenv("WORLD_SIZE"))
+    throw std::invalid_argument("--nproc-per-node: this process is already a worker (RANK / "
+                                "WORLD_SIZE are set); start workers either with seqmix's "
+                                "launcher or with torchrun, not both");
+  std::vector<std::string> args;
+  for (int i = 0; argv[i]; ++i) {
+    bool value = false;
+    if (i > 0 && is_launcher_flag(argv[i], value)) {
+      if (value && argv[i + 1]) ++i;
+      continue;
+    }
+    args.emplace_back(argv[i]);
+  }
+  return dist::launch_workers(o, args);
+}
+
+std::shared_ptr<dist::ProcessGroup> DistFlags::join() const {
+  if (nnodes || node_rank || master_port || !master_addr.empty())
+    throw std::invalid_argument("--nnodes, --node-rank, --master-addr and --master-port "
+                                "configure the launcher: give --nproc-per-node too");
+  const auto timeout = timeout_of(dist_timeout);
+  const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
+  if (!env.distributed()) return nullptr;
+  return dist::ProcessGroup::create(env, timeout);
+}
+
+int DistFlags::run_worker(const std::function<int()>& body) {
+  if (!std::getenv("WORLD_SIZE")) return body();
+  const int code = run_reporting_errors(body);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
 }
 
 }  // namespace seqmix::cli

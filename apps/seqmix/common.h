@@ -6,9 +6,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace seqmix::dist {
+class ProcessGroup;
+}
 
 namespace seqmix::cli {
 
@@ -53,6 +58,27 @@ struct ConfigFlags {
   // The overrides, flags first and --set last (so --set has the last word); a tokenizer is
   // read here, to set model.vocab_size to its size.
   std::vector<std::string> overrides() const;
+};
+
+// Data-parallel launch, for the commands that train (train, compare): torchrun's flags for
+// the launcher, --dist-timeout for every worker (started by it, by torchrun, or by hand with
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+struct DistFlags {
+  std::optional<int> nproc_per_node, nnodes, node_rank, master_port;
+  std::string master_addr;
+  double dist_timeout = 60;
+
+  void add_to(CLI::App* app);
+  // --nproc-per-node was given: this process starts the workers (launch()) and trains nothing.
+  bool launcher() const { return nproc_per_node.has_value(); }
+  // Starts this machine's workers with `argv` less the launcher's flags; their exit status.
+  int launch(char** argv) const;
+  // This process's group when it is a worker (the launch variables are set), else null.
+  // @throws std::invalid_argument for launcher flags without --nproc-per-node, bad variables.
+  std::shared_ptr<dist::ProcessGroup> join() const;
+  // Runs a worker's `body`: its failure ends the process at once (c10d's threads would only
+  // wait for collectives that time out); not a worker: runs `body` as it is.
+  static int run_worker(const std::function<int()>& body);
 };
 
 // Every option of every command: a value given must not be empty (CLI11 would turn '' into

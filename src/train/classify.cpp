@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "seqmix/dist/process_group.h"
 #include "seqmix/train/objective.h"
 
 #include "seqmix/util/rng.h"
@@ -116,7 +117,8 @@ std::vector<int64_t> EpochOrder::batch(int64_t step) {
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
                                    int64_t batch_size, int64_t max_examples,
-                                   int64_t pad_to_multiple, const EvalProgressFn& on_progress) {
+                                   int64_t pad_to_multiple, const EvalProgressFn& on_progress,
+                                   dist::ProcessGroup* group) {
   if (batch_size < 1)
     throw std::invalid_argument("evaluate_classifier: batch size must be >= 1");
   if (split.empty()) throw std::invalid_argument("evaluate_classifier: the split is empty");
@@ -134,7 +136,8 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
   });
   const int64_t max_len = model->config().max_len;
   LossTotals totals;
-  for (int64_t i = 0; i < n; i += batch_size) {
+  for (int64_t i = 0, k = 0; i < n; i += batch_size, ++k) {
+    if (group && k % group->world_size() != group->rank()) continue;
     const auto first = order.begin() + i;
     const std::vector<const data::LabelledSequence*> part(first,
                                                           first + std::min(batch_size, n - i));
@@ -142,6 +145,7 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    LossReduction::kSum));
     if (on_progress) on_progress(std::min(n, i + batch_size), n);
   }
+  if (group) all_reduce_totals(totals, *group);
   if (was_training) model->train();
   AccuracyResult r;
   r.examples = n;

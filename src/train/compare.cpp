@@ -12,9 +12,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "seqmix/dist/process_group.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/metrics.h"
 #include "seqmix/train/plot.h"
+#include "seqmix/train/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/paths.h"
@@ -186,10 +188,18 @@ CompareResult compare(const CompareOptions& o) {
   if (o.bucket == 0)
     fmt::print(stderr, "compare: buckets of {} batches (max_steps / 20; --bucket to choose)\n",
                bucket);
-  std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  if (ec || !fs::is_directory(o.out_dir))
-    throw std::runtime_error("compare: cannot create '" + o.out_dir + "': " + ec.message());
+  const bool writer = !o.group || o.group->rank() == 0;
+  auto make_folder = [&] {
+    if (!writer) return;
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    if (ec || !fs::is_directory(o.out_dir))
+      throw std::runtime_error("compare: cannot create '" + o.out_dir + "': " + ec.message());
+  };
+  if (o.group)
+    o.group->all_or_none("compare: creating the output folder", make_folder);
+  else
+    make_folder();
 
   // The held-out figure of the second panel: bpc when every model reports it (language
   // models), else accuracy (classifiers), else the loss.
@@ -212,23 +222,33 @@ CompareResult compare(const CompareOptions& o) {
     row.preset = config.model.preset;
     row.parameters = config.model.num_parameters();
     nlohmann::json final_eval;
-    if (finished_run(dir, config, final_eval)) {
+    // Rank 0's folder decides whether a model is trained, resumed or reused.
+    bool reuse = writer && finished_run(dir, config, final_eval);
+    bool resume = writer && fs::is_regular_file(dir / "checkpoint.pt");
+    if (o.group) {
+      std::vector<at::Tensor> flags{at::tensor({reuse ? 1 : 0, resume ? 1 : 0}, at::kInt)};
+      o.group->broadcast(flags, 0, "compare: the state of '" + m.name + "'");
+      reuse = flags[0][0].item<int>() != 0;
+      resume = flags[0][1].item<int>() != 0;
+    }
+    if (reuse && !writer) continue;
+    if (reuse) {
       row.reused = true;
       row.eval_loss = final_eval.value("loss", 0.0);
       row.eval_perplexity = final_eval.value("perplexity", std::exp(row.eval_loss));
       row.eval_bpc = final_eval.value("bpc", 0.0);
       fmt::print(stderr, "compare: '{}' is already trained in '{}'\n", m.name, dir.string());
     } else {
-      fmt::print(stderr, "compare: training '{}' ({} / {}) into '{}'\n", m.name, i + 1,
+      if (writer)
+        fmt::print(stderr, "compare: training '{}' ({} / {}) into '{}'\n", m.name, i + 1,
                  o.models.size(), dir.string());
-      TrainOptions opts;
-      opts.out_dir = dir.string();
-      opts.resume = fs::is_regular_file(dir / "checkpoint.pt");
+      TrainOptions opts = open_training_folder(dir.string(), resume, o.group);
       // A run stopped before its first checkpoint left only its configuration and metrics:
       // nothing to continue or lose, so it starts again.
       opts.overwrite = !opts.resume;
       opts.report_interval = o.report_interval;
       const TrainResult r = train(config, opts);
+      if (!writer) continue;
       row.eval_loss = r.eval_loss;
       row.eval_perplexity = r.eval_perplexity;
       row.eval_bpc = r.eval_bpc;
@@ -284,6 +304,8 @@ CompareResult compare(const CompareOptions& o) {
             << '\n';
     result.rows.push_back(row);
   }
+
+  if (!writer) return result;
 
   // Held-out panel: per model (one gnuplot index each) step and figure of every evaluation of
   // the held-out split; the legend carries the final one.

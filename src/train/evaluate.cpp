@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "seqmix/dist/process_group.h"
 #include "seqmix/train/objective.h"
 
 namespace seqmix::train {
@@ -17,7 +18,7 @@ int64_t evaluated_tokens(const data::TokenIds& tokens, int64_t max_tokens) {
 
 EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
                     const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens,
-                    const EvalProgressFn& on_progress) {
+                    const EvalProgressFn& on_progress, dist::ProcessGroup* group) {
   if (batch_size < 1)
     throw std::invalid_argument("evaluate: batch size must be >= 1, got " +
                                 std::to_string(batch_size));
@@ -35,7 +36,9 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   const int64_t n = predicted + (tokens.empty() ? 0 : 1);
   const int64_t full = predicted / T, rest = predicted % T;
   LossTotals totals;
+  int64_t batch_index = 0;
   auto score = [&](int64_t first_window, int64_t count, int64_t len) {
+    if (group && batch_index++ % group->world_size() != group->rank()) return;
     at::Tensor batch = at::empty({count, len + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i)
       batch[i].copy_(data::tokens_to_tensor(tokens, (first_window + i) * T, len + 1));
@@ -44,6 +47,7 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   };
   for (int64_t w = 0; w < full; w += batch_size) score(w, std::min(batch_size, full - w), T);
   if (rest > 0) score(full, 1, rest);
+  if (group) all_reduce_totals(totals, *group);
   if (was_training) model->train();
   EvalResult r;
   r.tokens = predicted;

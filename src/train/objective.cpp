@@ -1,6 +1,9 @@
 #include "seqmix/train/objective.h"
 
 #include <stdexcept>
+
+#include "seqmix/dist/process_group.h"
+#include <cmath>
 #include <string>
 
 namespace seqmix::train {
@@ -51,6 +54,18 @@ double LossTotals::mean() const { return count > 0 ? nll / static_cast<double>(c
 
 double LossTotals::accuracy() const {
   return count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0;
+}
+
+void all_reduce_totals(LossTotals& totals, dist::ProcessGroup& group) {
+  // Doubles hold the counts exactly up to 2^53.
+  at::Tensor v = at::tensor({totals.nll, static_cast<double>(totals.count),
+                             static_cast<double>(totals.correct)},
+                            at::kDouble);
+  group.all_reduce_sum(v, "the evaluation's totals");
+  const double* p = v.data_ptr<double>();
+  totals.nll = p[0];
+  totals.count = static_cast<int64_t>(std::llround(p[1]));
+  totals.correct = static_cast<int64_t>(std::llround(p[2]));
 }
 
 }  // namespace seqmix::train

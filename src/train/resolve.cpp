@@ -14,6 +14,8 @@
 #include "seqmix/data/tasks.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/classify.h"
+#include "seqmix/dist/process_group.h"
+#include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::train {
@@ -50,7 +52,38 @@ data::Tokenizer resolve_tokenizer(const RunConfig& config) {
   return tokenizer;
 }
 
-TrainOptions open_training_folder(const std::string& out_dir, bool resume) {
+TrainOptions open_training_folder(const std::string& out_dir, bool resume,
+                                  std::shared_ptr<dist::ProcessGroup> group) {
+  if (group) {
+    TrainOptions options;
+    std::string bytes;
+    group->all_or_none("opening the run folder", [&] {
+      if (group->rank() != 0) return;
+      options = open_training_folder(out_dir, resume);
+      if (resume) bytes = util::read_file(find_checkpoint(out_dir));
+    });
+    options.out_dir = out_dir;
+    options.resume = resume;
+    options.group = group;
+    if (!resume) return options;
+    group->broadcast_bytes(bytes, 0, "sending the checkpoint to every rank");
+    if (group->rank() != 0) {
+      // A private copy, parsed whole by CheckpointFile and removed at once.
+      group->all_or_none("reading the checkpoint", [&] {
+        const std::string tmp = util::write_temp_file(bytes, "seqmix-rank-checkpoint");
+        try {
+          options.checkpoint = std::make_shared<CheckpointFile>(tmp);
+        } catch (...) {
+          std::filesystem::remove(tmp);
+          throw;
+        }
+        std::filesystem::remove(tmp);
+      });
+    } else {
+      group->all_or_none("reading the checkpoint", [] {});
+    }
+    return options;
+  }
   TrainOptions options;
   options.out_dir = out_dir;
   options.resume = resume;

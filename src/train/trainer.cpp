@@ -11,11 +11,15 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <filesystem>
+#include <optional>
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/data/tokenizer.h"
+#include "seqmix/dist/process_group.h"
+#include "seqmix/dist/reducer.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
@@ -26,6 +30,7 @@
 #include "seqmix/util/blas.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/progress.h"
+#include "seqmix/util/rng.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
 #include "seqmix/util/threads.h"
@@ -83,6 +88,7 @@ using SayFn = std::function<void(const std::string&)>;
 // train() (schedule, clipping, logging, checkpoints) is the same for both.
 struct TrainingPlan {
   std::string description;  ///< the data, for the start line
+  std::string fingerprint;  ///< a hash of every token and label, compared between ranks
   std::string batch_shape;  ///< e.g. "32 x 256 bytes"
   std::string unit;         ///< what the throughput counts: tokens or examples
   int64_t units_per_step = 0;
@@ -91,11 +97,35 @@ struct TrainingPlan {
   std::function<void(int64_t step, bool final)> held_out;
 };
 
+// FNV-1a over token ids: enough to tell two ranks' data apart (not a cryptographic hash).
+struct Fnv1a {
+  uint64_t h = 1469598103934665603ull;
+  void add(const std::vector<int32_t>& v) {
+    add_word(static_cast<uint64_t>(v.size()));
+    for (int32_t x : v) add_word(static_cast<uint32_t>(x));
+  }
+  void add_word(uint64_t x) {
+    for (int i = 0; i < 8; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 1099511628211ull;
+  }
+  std::string hex() const { return fmt::format("{:016x}", h); }
+};
+
+// Which part of a global batch of `n` this process takes: rank r of W gets rows
+// [r n / W, (r + 1) n / W); n is a multiple of W (checked at start-up).
+struct Shard {
+  int rank = 0, world = 1;
+  int64_t begin(int64_t n) const { return n / world * rank; }
+  int64_t size(int64_t n) const { return n / world; }
+};
+
 // The final evaluation scores whole splits (minutes at the larger sizes): it is announced
-// and gets its own progress bar, which `on_progress` drives.
+// and gets its own progress bar, which `on_progress` drives. Ranks other than 0 of a
+// data-parallel run show none (`visible` false).
 std::unique_ptr<util::Progress> final_evaluation_bar(int64_t total, const std::string& unit,
                                                      const std::string& what, const SayFn& say,
-                                                     EvalProgressFn& on_progress) {
+                                                     EvalProgressFn& on_progress,
+                                                     bool visible = true) {
+  if (!visible) return nullptr;
   say(fmt::format("final evaluation: {} {} {}", total, unit, what));
   util::ProgressOptions po;
   po.unit = unit;
@@ -107,7 +137,8 @@ std::unique_ptr<util::Progress> final_evaluation_bar(int64_t total, const std::s
 
 TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel& model,
                                  const data::Tokenizer& tokenizer, const LogFn& log,
-                                 const SayFn& say, TrainResult& result) {
+                                 const SayFn& say, TrainResult& result,
+                                 dist::ProcessGroup* group) {
   auto corpus = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::build(
       data::ByteCorpus::load(config.data.source, config.data.dir, config.data.eval_split),
       tokenizer));
@@ -115,17 +146,25 @@ TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel&
   const int64_t T = config.model.max_len, B = t.batch_size;
   TrainingPlan o;
   o.description = corpus->description;
+  Fnv1a hash;
+  hash.add(corpus->train);
+  hash.add(corpus->eval);
+  o.fingerprint = hash.hex();
   o.batch_shape = fmt::format("{} x {} {}", B, T, tokenizer.is_bytes() ? "bytes" : "tokens");
   o.unit = "tokens";
   o.units_per_step = B * T;
   o.train_bpc = tokenizer.is_bytes();
-  o.step = [corpus, &model, &t, B, T](int64_t step) {
-    return language_model_loss(
-        model, data::sample_batch(corpus->train, B, T, static_cast<uint64_t>(t.seed), step));
+  const Shard shard = group ? Shard{group->rank(), group->world_size()} : Shard{};
+  o.step = [corpus, &model, &t, B, T, shard](int64_t step) {
+    // The whole global batch is drawn on every rank (it is cheap) and each keeps its rows, so
+    // the batches do not depend on the number of processes.
+    at::Tensor batch = data::sample_batch(corpus->train, B, T, static_cast<uint64_t>(t.seed), step);
+    if (shard.world > 1) batch = batch.narrow(0, shard.begin(B), shard.size(B));
+    return language_model_loss(model, batch);
   };
   const std::string split = config.data.eval_split;  // the held-out split: valid or test
-  o.held_out = [corpus, &model, &tokenizer, &t, B, split, log, say, &result](int64_t step,
-                                                                            bool final) {
+  o.held_out = [corpus, &model, &tokenizer, &t, B, split, log, say, &result, group](
+                   int64_t step, bool final) {
     // The final evaluation scores the whole split (minutes at the larger sizes): announce it
     // and give it its own progress bar.
     std::unique_ptr<util::Progress> bar;
@@ -133,10 +172,11 @@ TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel&
     if (final) {
       const std::string unit = tokenizer.is_bytes() ? "bytes" : "tokens";
       bar = final_evaluation_bar(evaluated_tokens(corpus->eval, 0), unit,
-                                 "of the held-out split (" + split + ")", say, on_progress);
+                                 "of the held-out split (" + split + ")", say, on_progress,
+                                 !group || group->rank() == 0);
     }
     const EvalResult r = evaluate(model, corpus->eval, tokenizer, B,
-                                  final ? 0 : t.eval_max_bytes, on_progress);
+                                  final ? 0 : t.eval_max_bytes, on_progress, group);
     if (bar) bar->finish();
     log({{"step", step},
          {"split", split},
@@ -160,7 +200,8 @@ TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel&
 }
 
 TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel& model,
-                                 const LogFn& log, const SayFn& say, TrainResult& result) {
+                                 const LogFn& log, const SayFn& say, TrainResult& result,
+                                 dist::ProcessGroup* group) {
   auto task = std::make_shared<const data::TaskData>(data::load_task(task_spec(config)));
   const auto& t = config.train;
   const int64_t B = t.batch_size, T = config.model.max_len;
@@ -168,20 +209,33 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
                                             static_cast<uint64_t>(t.seed));
   TrainingPlan o;
   o.description = task->description;
+  Fnv1a hash;
+  for (const auto* split : {&task->splits.train, &task->splits.valid, &task->splits.test})
+    for (const auto& e : *split) {
+      hash.add(e.tokens);
+      hash.add(e.tokens_b);
+      hash.add_word(static_cast<uint32_t>(e.label));
+    }
+  o.fingerprint = hash.hex();
   o.batch_shape = fmt::format("{} examples of <= {} tokens{}", B, T,
                               task->info.pair ? " (pairs)" : "");
   o.unit = "examples";
   o.units_per_step = B;
   const int64_t pad_multiple = config.data.pad_to_multiple;
-  o.step = [task, order, &model, T, pad_multiple](int64_t step) {
+  const Shard shard = group ? Shard{group->rank(), group->world_size()} : Shard{};
+  o.step = [task, order, &model, T, pad_multiple, shard](int64_t step) {
     std::vector<const data::LabelledSequence*> examples;
-    for (int64_t i : order->batch(step)) examples.push_back(&task->splits.train[i]);
+    const std::vector<int64_t> all = order->batch(step);
+    const auto n = static_cast<int64_t>(all.size());
+    for (int64_t k = shard.begin(n); k < shard.begin(n) + shard.size(n); ++k)
+      examples.push_back(&task->splits.train[static_cast<size_t>(all[static_cast<size_t>(k)])]);
     return classification_loss(model, collate(examples, T, pad_multiple));
   };
   // Periodic evaluations score the validation split; the final one also the test split and
   // as many training examples as the test split has (train vs test accuracy, aib-net
   // Table VI), the first ones of the training split.
-  o.held_out = [task, &model, B, pad_multiple, log, say, &result](int64_t step, bool final) {
+  o.held_out = [task, &model, B, pad_multiple, log, say, &result, group](int64_t step,
+                                                                         bool final) {
     auto score = [&](const char* name, const std::vector<data::LabelledSequence>& split,
                      int64_t max_examples) {
       if (split.empty()) return AccuracyResult{};
@@ -191,9 +245,9 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
       if (final)
         bar = final_evaluation_bar(max_examples > 0 ? std::min(max_examples, size) : size,
                                    "examples", std::string("of the ") + name + " split", say,
-                                   on_progress);
-      const AccuracyResult r =
-          evaluate_classifier(model, split, B, max_examples, pad_multiple, on_progress);
+                                   on_progress, !group || group->rank() == 0);
+      const AccuracyResult r = evaluate_classifier(model, split, B, max_examples, pad_multiple,
+                                                   on_progress, group);
       if (bar) bar->finish();
       log({{"step", step},
            {"split", name},
@@ -222,6 +276,12 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
   return o;
 }
 
+// Where a data-parallel rank other than 0 sends its progress display.
+std::FILE* dev_null() {
+  static std::FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
 // Empty if the step's loss and every gradient are finite; otherwise what is not, naming the
 // first parameter (in registration order) whose gradient has a NaN or an infinity.
 std::string nonfinite(double loss, models::SequenceModel& model) {
@@ -241,8 +301,12 @@ std::string nonfinite(double loss, models::SequenceModel& model) {
 // resumed run rewrites config.toml only with a new checkpoint.
 class RunFiles {
  public:
-  RunFiles(fs::path out, bool created_dir, bool overwrite)
-      : out_(std::move(out)), created_dir_(created_dir), overwrite_(overwrite) {}
+  /// `writer` false: a data-parallel rank other than 0, which writes nothing in the folder.
+  RunFiles(fs::path out, bool created_dir, bool overwrite, bool writer = true)
+      : out_(std::move(out)), created_dir_(created_dir), overwrite_(overwrite), writer_(writer) {}
+  bool writer() const { return writer_; }
+  // The folder stays locked as long as this run owns it.
+  void keep_lock(std::shared_ptr<util::FolderLock> lock) { lock_ = std::move(lock); }
   fs::path metrics_path() const {
     return overwrite_ && !promoted_ ? out_ / ".metrics.jsonl.overwrite" : out_ / "metrics.jsonl";
   }
@@ -250,6 +314,10 @@ class RunFiles {
   void created(const fs::path& p) { created_.push_back(p); }
   // After a checkpoint: the folder now holds this run, described by `config_toml`.
   void promote(const std::string& config_toml, const data::Tokenizer& tokenizer) {
+    if (!writer_) {
+      promoted_ = true;
+      return;
+    }
     util::write_file_atomic((out_ / "config.toml").string(), config_toml);
     // A copy next to the run for SentencePiece's own tools; seqmix reads the checkpoint's.
     if (!tokenizer.is_bytes()) tokenizer.save((out_ / "tokenizer.model").string());
@@ -264,7 +332,7 @@ class RunFiles {
   bool promoted() const { return promoted_; }
   // The run failed before its first checkpoint: leave the folder as it was found.
   void abandon() noexcept {
-    if (promoted_) return;
+    if (promoted_ || !writer_) return;
     std::error_code ec;
     for (const auto& p : created_) fs::remove(p, ec);
     if (created_dir_) fs::remove(out_, ec);  // only if empty
@@ -272,8 +340,9 @@ class RunFiles {
 
  private:
   fs::path out_;
-  bool created_dir_, overwrite_;
+  bool created_dir_, overwrite_, writer_;
   bool promoted_ = false;
+  std::shared_ptr<util::FolderLock> lock_;
   std::vector<fs::path> created_;
 };
 
@@ -396,7 +465,19 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     notes.push_back(fmt::format("warning: train.warmup_steps ({}) is not below train.max_steps "
                                 "({}): the learning rate never reaches train.lr ({:.3g})",
                                 t.warmup_steps, t.max_steps, t.lr));
-  const int64_t threads = util::configure_threads(t.threads);
+  dist::ProcessGroup* const group = options.group.get();
+  const bool writer = files.writer();
+  if (group && t.batch_size % group->world_size() != 0)
+    throw std::runtime_error(fmt::format(
+        "train.batch_size (--batch-size) {} is not a multiple of WORLD_SIZE {}: every rank "
+        "takes an equal share of the global batch",
+        t.batch_size, group->world_size()));
+  // Workers on one machine share its cores: by default each takes its share.
+  int64_t want_threads = t.threads;
+  if (group && want_threads == 0)
+    want_threads = std::max<int64_t>(
+        1, static_cast<int64_t>(std::thread::hardware_concurrency()) / group->env().local_world_size);
+  const int64_t threads = util::configure_threads(want_threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   models::SequenceModel model(config.model);
   auto optimizer = make_optimizer(model, t);
@@ -410,14 +491,30 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
           "(give --max-steps {} or more, or start a new run in another folder)",
           t.max_steps, ckpt_path.string(), start, start));
   }
+  if (group) {
+    // Every rank starts from rank 0's weights (and, resuming, its buffers).
+    std::vector<at::Tensor> state;
+    for (auto& p : model->parameters()) state.push_back(p.detach());
+    for (auto& b : model->buffers()) state.push_back(b);
+    group->broadcast(state, 0, "sending rank 0's parameters");
+  }
   const fs::path final_metrics = out / "metrics.jsonl";
-  if (resumed && start == t.max_steps && stored_max_steps == t.max_steps &&
+  bool finished = false;
+  if (writer && resumed && start == t.max_steps && stored_max_steps == t.max_steps &&
       fs::exists(final_metrics)) {
     const auto lines = read_metrics(final_metrics.string());
-    const bool evaluated = std::any_of(lines.begin(), lines.end(), [&](const nlohmann::json& l) {
+    finished = std::any_of(lines.begin(), lines.end(), [&](const nlohmann::json& l) {
       return l.value("final", false) && l.value("step", int64_t{-1}) == start;
     });
-    if (evaluated) {
+  }
+  if (group) {  // rank 0 alone holds the metrics
+    std::vector<at::Tensor> flag{at::full({1}, finished ? 1 : 0, at::kInt)};
+    group->broadcast(flag, 0, "checking whether the run is finished");
+    finished = flag[0].item<int>() != 0;
+  }
+  {
+    if (finished) {
+      if (!writer) return TrainResult{};
       fmt::print(stderr,
                  "seqmix train: run '{}' is finished (step {} of train.max_steps {}); nothing to "
                  "do (raise --max-steps to train further)\n",
@@ -430,14 +527,43 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<util::Progress> progress;
   auto log = [&](nlohmann::json line) {
+    if (!metrics) return;  // a rank other than 0 of a data-parallel run
     line["time_s"] = run_seconds();
     metrics->write(line);
   };
   auto say = [&](const std::string& line) { progress->message(line); };
-  const TrainingPlan plan = task ? classification_plan(config, model, log, say, result)
-                                 : language_model_plan(config, model, tokenizer, log, say, result);
+  TrainingPlan plan;
+  auto make_plan = [&] {
+    plan = task ? classification_plan(config, model, log, say, result, group)
+                : language_model_plan(config, model, tokenizer, log, say, result, group);
+  };
+  if (!group) {
+    make_plan();
+  } else {
+    // A rank that cannot read its data must not leave the others waiting; then the ranks must
+    // be about to run the same experiment on the same data with the same code.
+    group->all_or_none("loading the data", make_plan);
+    group->agree("the configuration", config.to_toml(), [](const std::string& a, const std::string& b) {
+      try {
+        const auto d = RunConfig::from_toml(b, "rank").diff(RunConfig::from_toml(a, "rank 0"));
+        return d.empty() ? std::string() : d.front();
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+    });
+    group->agree("the seqmix build", SEQMIX_BUILD_ID, [](const std::string& a, const std::string& b) {
+      return "'" + b + "' vs rank 0's '" + a + "'";
+    });
+    group->agree("the training and held-out data", plan.fingerprint,
+                 [&](const std::string& a, const std::string& b) {
+                   return "data hash " + b + " vs rank 0's " + a +
+                          " (is data.dir the same data on every machine?)";
+                 });
+  }
   const fs::path metrics_path = files.metrics_path();
-  if (!options.resume && !files.promoted() && metrics_path == final_metrics) {
+  if (!writer) {
+    // Nothing of the folder is touched below on this rank.
+  } else if (!options.resume && !files.promoted() && metrics_path == final_metrics) {
     // A fresh run in a folder that held none: the configuration is visible from the start.
     files.created(out / "config.toml");
     files.created(metrics_path);
@@ -449,7 +575,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   } else if (!options.resume) {
     files.created(metrics_path);
   }
-  if (options.resume && fs::exists(metrics_path)) {
+  if (writer && options.resume && fs::exists(metrics_path)) {
     // Lines logged after the checkpoint belong to steps that will be redone: drop them so the
     // file reads as one uninterrupted run.
     std::string kept;
@@ -457,11 +583,14 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       if (line.value("step", int64_t{0}) <= start) kept += line.dump() + "\n";
     util::write_file_atomic(metrics_path.string(), kept);
   }
-  metrics = std::make_unique<MetricsWriter>(metrics_path.string(), options.resume);
+  if (writer) metrics = std::make_unique<MetricsWriter>(metrics_path.string(), options.resume);
 
-  progress = std::make_unique<util::Progress>("train", t.max_steps, start);
-  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads, {}; {}; batch {}, {} steps{}",
+  util::ProgressOptions progress_options;
+  if (!writer) progress_options.out = dev_null();
+  progress = std::make_unique<util::Progress>("train", t.max_steps, start, progress_options);
+  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads{}, {}; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
+                  group ? fmt::format(" per worker x {} workers (Gloo)", group->world_size()) : "",
                   util::blas_description(),
                   plan.description, plan.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
@@ -481,8 +610,9 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
           last_checkpoint > 0 ? fmt::format("The last good checkpoint '{}' (step {}) is intact",
                                             ckpt_path.string(), last_checkpoint)
                               : std::string("No checkpoint had been written yet")));
-    save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer,
-                    run_seconds());
+    if (writer)
+      save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer,
+                      run_seconds());
     files.promote(config.to_toml(), tokenizer);
     last_checkpoint = step;
   };
@@ -502,7 +632,18 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
                             util::signal_name(sig)),
         sig, step, saved ? ckpt_path.string() : std::string());
   };
-  if (util::stop_signal() != 0) throw interrupted(start);
+  // Any rank's SIGINT / SIGTERM stops every rank at the same step.
+  auto any_rank = [&](bool flag) {
+    if (!group) return flag;
+    at::Tensor v = at::full({1}, flag ? 1 : 0, at::kInt);
+    group->all_reduce_sum(v, "checking for a stop signal");
+    return v.item<int>() > 0;
+  };
+  if (any_rank(util::stop_signal() != 0)) throw interrupted(start);
+
+  std::unique_ptr<dist::GradientReducer> reducer;
+  if (options.group) reducer = std::make_unique<dist::GradientReducer>(options.group, model->parameters());
+  double comm_wait_sum = 0, comm_span_sum = 0;
 
   model->train();
   double loss_sum = 0;
@@ -520,10 +661,35 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     std::vector<at::Tensor> buffers;
     if (t.nonfinite == "skip")
       for (const auto& b : model->buffers()) buffers.push_back(b.clone());
+    // Dropout: each rank its own masks, a function of (seed, step, rank) so that a resumed
+    // data-parallel run draws what the uninterrupted one would have.
+    if (group)
+      torch::manual_seed(util::mix64(static_cast<uint64_t>(t.seed) ^
+                                     util::mix64((static_cast<uint64_t>(step) << 20) +
+                                                 static_cast<uint64_t>(group->rank()))));
     const BatchLoss sl = plan.step(step);
     sl.loss.backward();
+    if (reducer) {
+      const auto timing = reducer->finish();
+      comm_wait_sum += timing.exposed;
+      comm_span_sum += timing.span;
+    }
     if (options.after_backward) options.after_backward(step + 1, model);
-    const double l = sl.loss.item<double>();
+    double l = sl.loss.item<double>();
+    int64_t step_correct = sl.correct, step_count = sl.count;
+    bool stop_now = false;
+    if (group) {
+      // The global batch's mean loss and counts; a stop signal on any rank stops all.
+      at::Tensor v = at::tensor({l, static_cast<double>(sl.correct), static_cast<double>(sl.count),
+                                 util::stop_signal() != 0 ? 1.0 : 0.0},
+                                at::kDouble);
+      group->all_reduce_sum(v, "the step's loss");
+      const auto* p = v.data_ptr<double>();
+      l = p[0] / group->world_size();
+      step_correct = static_cast<int64_t>(std::llround(p[1]));
+      step_count = static_cast<int64_t>(std::llround(p[2]));
+      stop_now = p[3] > 0;
+    }
     const int64_t done = step + 1;
     // Checked before clipping, which would spread one bad gradient over all of them. The
     // norm is taken (and logged) even without clipping: finite gradients can still have a
@@ -561,8 +727,8 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       loss_sum += l;
       ++loss_n;
       if (task) {  // the counts behind a classifier's training accuracy
-        correct_sum += sl.correct;
-        count_sum += sl.count;
+        correct_sum += step_correct;
+        count_sum += step_count;
       }
       if (const std::string w = spikes.check(done, l); !w.empty()) {
         log({{"step", done}, {"event", "warning"}, {"reason", w}});
@@ -588,6 +754,15 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       if (plan.train_bpc) line["bpc"] = mean / std::log(2.0);
       if (count_sum > 0)
         line["accuracy"] = static_cast<double>(correct_sum) / static_cast<double>(count_sum);
+      if (group) {
+        // Seconds per step spent waiting for gradient all-reduces after backward (the part
+        // not hidden under it), and from the first all-reduce's start to the last one's end.
+        line["comm_wait_s"] = comm_wait_sum / static_cast<double>(loss_n);
+        line["comm_span_s"] = comm_span_sum / static_cast<double>(loss_n);
+        line["world_size"] = group->world_size();
+      }
+      comm_wait_sum = 0;
+      comm_span_sum = 0;
       log(line);
       correct_sum = 0;
       count_sum = 0;
@@ -611,7 +786,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       result.seconds = run_seconds();
       return result;
     }
-    if (util::stop_signal() != 0) throw interrupted(done);
+    if (group ? stop_now : util::stop_signal() != 0) throw interrupted(done);
   }
   progress->finish();
   // Resumed exactly at the end: a shortened run (checkpoint it with its new length) or one
@@ -629,28 +804,8 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   return result;
 }
 
-}  // namespace
-
-TrainResult train(const RunConfig& requested, const TrainOptions& options) {
-  const auto t_entry = std::chrono::steady_clock::now();
-  double seconds_before = 0;  // the run's time before this resume
-  auto run_seconds = [&] {
-    return seconds_before +
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
-  };
-  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
-  // A configuration built in code has not been through resolve_config's checks.
-  try {
-    requested.validate();
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(std::string("invalid configuration: ") + e.what());
-  }
-  if (options.resume && options.overwrite)
-    throw std::runtime_error("--resume continues the run in the folder and --overwrite replaces "
-                             "it: give one of them");
-  util::check_path_text(options.out_dir, "--out");
-  const fs::path out(options.out_dir);
-  const fs::path ckpt_path = out / "checkpoint.pt";
+RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
+                         const TrainOptions& options) {
   {
     std::error_code ec;
     if (fs::exists(out, ec) && !fs::is_directory(out, ec))
@@ -696,10 +851,47 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     throw std::runtime_error("--resume: run folder '" + out.string() +
                              "' has no checkpoint.pt (the run stopped before its first one); "
                              "start it again without --resume");
+  files.keep_lock(std::move(lock));
+  return files;
+}
+
+}  // namespace
+
+TrainResult train(const RunConfig& requested, const TrainOptions& options) {
+  const auto t_entry = std::chrono::steady_clock::now();
+  double seconds_before = 0;  // the run's time before this resume
+  auto run_seconds = [&] {
+    return seconds_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
+  };
+  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
+  // A configuration built in code has not been through resolve_config's checks.
   try {
-    return train_in_folder(requested, options, files, ckpt_path, run_seconds, seconds_before);
+    requested.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("invalid configuration: ") + e.what());
+  }
+  if (options.resume && options.overwrite)
+    throw std::runtime_error("--resume continues the run in the folder and --overwrite replaces "
+                             "it: give one of them");
+  util::check_path_text(options.out_dir, "--out");
+  const fs::path out(options.out_dir);
+  const fs::path ckpt_path = out / "checkpoint.pt";
+  std::optional<RunFiles> files;
+  auto open_folder = [&] { files.emplace(open_run_folder(out, ckpt_path, options)); };
+  if (!options.group) {
+    open_folder();
+  } else {
+    // Only rank 0 touches the run folder; the others learn whether it could.
+    options.group->all_or_none("opening the run folder", [&] {
+      if (options.group->rank() == 0) open_folder();
+    });
+    if (options.group->rank() != 0) files.emplace(out, false, false, /*writer=*/false);
+  }
+  try {
+    return train_in_folder(requested, options, *files, ckpt_path, run_seconds, seconds_before);
   } catch (...) {
-    files.abandon();
+    files->abandon();
     throw;
   }
 }

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,30 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   if (::close(fd) != 0) fail("cannot write '" + tmp + "'", errno);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     fail("cannot rename '" + tmp + "' to '" + path + "'", errno);
+}
+
+std::string write_temp_file(const std::string& bytes, const std::string& prefix) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  std::string path = dir + "/" + prefix + "-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0)
+    throw std::runtime_error("cannot create a temporary file in '" + dir + "': " +
+                             std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      std::remove(path.c_str());
+      throw std::runtime_error("cannot write the temporary file '" + path + "': " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return path;
 }
 
 }  // namespace seqmix::util

@@ -66,10 +66,12 @@ struct AccuracyResult {
 /// on the grouping, nor on pad_to_multiple, see collate).
 /// @throws std::invalid_argument if batch_size < 1 or the split is empty.
 /// `on_progress(done, total)`, if given, is called after each batch with examples scored.
+/// `group`: sharded over a data-parallel run's ranks by batch, as evaluate() in evaluate.h.
 AccuracyResult evaluate_classifier(models::SequenceModel& model,
                                    const std::vector<data::LabelledSequence>& split,
                                    int64_t batch_size, int64_t max_examples = 0,
                                    int64_t pad_to_multiple = 1,
-                                   const EvalProgressFn& on_progress = {});
+                                   const EvalProgressFn& on_progress = {},
+                                   dist::ProcessGroup* group = nullptr);
 
 }  // namespace seqmix::train

@@ -26,10 +26,15 @@
 /// final held-out figure. gnuplot runs through run_gnuplot (plot.h): no path or user text
 /// reaches its command language.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "seqmix/train/config.h"
+
+namespace seqmix::dist {
+class ProcessGroup;  // seqmix/dist/process_group.h
+}
 
 namespace seqmix::train {
 
@@ -52,6 +57,10 @@ struct CompareOptions {
   /// Batches per median/quartile bucket; 0: compare_bucket picks it from train.max_steps.
   int64_t bucket = 0;
   int64_t report_interval = 100;              ///< steps between progress lines (non-TTY)
+  /// Data-parallel: every model trains on all ranks of the group (trainer.h's
+  /// TrainOptions::group); rank 0 alone writes the folder, summary.jsonl and the plot, and
+  /// the other ranks return an empty result.
+  std::shared_ptr<dist::ProcessGroup> group;
 };
 
 /// Per-model outcome (also one line of summary.jsonl).

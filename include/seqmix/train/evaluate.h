@@ -8,6 +8,10 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/models/sequence_model.h"
 
+namespace seqmix::dist {
+class ProcessGroup;  // seqmix/dist/process_group.h
+}
+
 namespace seqmix::train {
 
 struct EvalResult {
@@ -31,11 +35,15 @@ using EvalProgressFn = std::function<void(int64_t done, int64_t total)>;
 /// batched by `batch_size`, the last window shorter. `max_tokens` > 0 scores only the first
 /// max_tokens tokens (periodic evaluations); 0 scores all. `tokenizer` (the one that produced
 /// `tokens`) gives the byte count behind bpc. `on_progress` (optional) is told after every batch.
+/// With `group` (a data-parallel run; every rank calls this with the same arguments), rank r
+/// scores the batches r, r + W, r + 2W, ... and the sums are added over ranks, so every rank
+/// gets the one-process result (up to the order of the double-precision sums).
 /// @throws std::invalid_argument if batch_size < 1 or the model's vocabulary differs from the
 ///         tokenizer's.
 EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
                     const data::Tokenizer& tokenizer, int64_t batch_size, int64_t max_tokens = 0,
-                    const EvalProgressFn& on_progress = {});
+                    const EvalProgressFn& on_progress = {},
+                    dist::ProcessGroup* group = nullptr);
 
 /// How many tokens `evaluate` scores for these arguments (what its progress counts to).
 int64_t evaluated_tokens(const data::TokenIds& tokens, int64_t max_tokens);

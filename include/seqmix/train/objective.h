@@ -60,4 +60,8 @@ struct LossTotals {
   double accuracy() const;
 };
 
+/// Adds every rank's totals (a data-parallel evaluation, each rank having scored its share).
+/// @throws dist::PeerLost if a rank is lost.
+void all_reduce_totals(LossTotals& totals, dist::ProcessGroup& group);
+
 }  // namespace seqmix::train

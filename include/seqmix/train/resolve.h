@@ -75,8 +75,13 @@ struct TrainingRun {
 /// read, when the folder exists, so a process training in it cannot replace the checkpoint
 /// in between) and the checkpoint, opened once; its config() is the base that resolve_run
 /// starts from.
-/// @throws std::runtime_error as resolve_training, for the folder and checkpoint.
-TrainOptions open_training_folder(const std::string& out_dir, bool resume);
+/// With `group` (a data-parallel job): rank 0 does the above, the other ranks touch no file
+/// of the folder; when resuming, rank 0's checkpoint is sent to every rank (so the folder
+/// need exist on rank 0's machine only), and every rank's options carry it and the group.
+/// @throws std::runtime_error as resolve_training, for the folder and checkpoint; with a
+///         group, on every rank when it fails on one.
+TrainOptions open_training_folder(const std::string& out_dir, bool resume,
+                                  std::shared_ptr<dist::ProcessGroup> group = nullptr);
 
 /// open_training_folder, then resolve_run from the resumed checkpoint's configuration (if
 /// any): a training run into `out_dir` (which may be empty to only resolve, e.g. to print

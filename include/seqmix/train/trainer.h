@@ -22,6 +22,9 @@
 namespace seqmix::util {
 class FolderLock;  // seqmix/util/run_folder.h
 }
+namespace seqmix::dist {
+class ProcessGroup;  // seqmix/dist/process_group.h
+}
 
 namespace seqmix::train {
 
@@ -48,6 +51,19 @@ struct TrainOptions {
   /// Testing aid: return right after the checkpoint written at this step, as if the process
   /// had been killed there (-1 = never).
   int64_t halt_after_step = -1;
+  /// Data-parallel training (dist/process_group.h); null trains in this process alone. Every
+  /// rank calls train() with the same configuration (checked: configuration, data and code
+  /// version must agree, or every rank throws naming the difference). The global batch of step
+  /// s (train.batch_size, a function of the seed and s alone) is split into world_size equal
+  /// shards, rank r taking the r-th; rank 0's initial parameters are broadcast; gradients are
+  /// averaged over ranks by bucketed all-reduce overlapping backward (dist/reducer.h), so
+  /// clipping and the non-finite check see the global gradient and every rank takes the same
+  /// optimizer step. Evaluations are sharded by batch and summed. Only rank 0 touches the run
+  /// folder (lock, metrics, checkpoints); other ranks need `checkpoint` set when resuming
+  /// (open_training_folder in resolve.h broadcasts it). Dropout masks are drawn per rank
+  /// from (seed, step, rank), so runs with dropout match a one-process run in distribution,
+  /// not bit for bit.
+  std::shared_ptr<dist::ProcessGroup> group;
   /// Testing aid: called after each backward pass with the step number (1-based) and the
   /// model, e.g. to plant a NaN gradient.
   std::function<void(int64_t step, models::SequenceModel& model)> after_backward;

@@ -15,4 +15,9 @@ std::string read_file(const std::string& path);
 /// @throws std::runtime_error naming the file that could not be written or renamed.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+/// Writes `bytes` to a new private file (mode 0600) in $TMPDIR (or /tmp) whose name starts
+/// with `prefix`; returns its path. The caller removes it.
+/// @throws std::runtime_error naming the folder if the file cannot be created or written.
+std::string write_temp_file(const std::string& bytes, const std::string& prefix);
+
 }  // namespace seqmix::util
