@@ -72,7 +72,11 @@ def test_load_equals_cli_eval(cli_run, corpus):
     ours = _windowed_loss(model, _held_out(corpus), model.config["model"]["max_len"])
     assert abs(ours - ev["loss"]) < 1e-5 * max(1.0, ev["loss"]), (ours, ev)
     mine = model.evaluate()
-    assert abs(mine["loss"] - ev["loss"]) < 1e-9 and mine["tokens"] == ev["tokens"]
+    # The same C++ evaluation; only the BLAS kernels may differ: the CLI re-executes itself
+    # with an OPENBLAS_CORETYPE that fits a CPU OpenBLAS does not know (README, "Threads and
+    # BLAS"), which a Python process cannot do, so sums are rounded in another order.
+    assert abs(mine["loss"] - ev["loss"]) < 1e-6 * max(1.0, ev["loss"]), (mine, ev)
+    assert mine["tokens"] == ev["tokens"]
 
 
 def test_generate_matches_cli(cli_run):
