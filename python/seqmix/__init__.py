@@ -15,6 +15,7 @@ seqmix is built against) with ``PYTHONPATH=<build>/python``, or install the pack
 ``cmake --install``.
 """
 import collections.abc
+import json
 import os
 import tomllib
 
@@ -25,7 +26,7 @@ from ._module import CppModule
 from .ops import _mask, _tensor
 
 __version__ = _C.__version__
-__all__ = ["build", "load", "Model", "Tokenizer", "__version__"]
+__all__ = ["build", "load", "train", "Model", "Tokenizer", "__version__"]
 
 Tokenizer = _C.Tokenizer
 Tokenizer.__doc__ = """A seqmix tokenizer: bytes (vocabulary 256) or a SentencePiece model.
@@ -63,17 +64,22 @@ def _python_words(message):
     return message.replace("--overwrite", "overwrite=True")
 
 
+def _toml_string(text):
+    # A TOML basic string: JSON's string syntax is TOML's, escapes included.
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _override(key, value):
-    """One ``section.key=value`` override as the command line's --set spells it."""
+    """One ``section.key=value`` override as the command line's --set spells it. Strings are
+    quoted, so that a string that looks like a number or a bool ("123", "true") stays one."""
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, (int, float)):
         text = repr(value)
     elif isinstance(value, str):
-        text = value
+        text = _toml_string(value)
     elif isinstance(value, (list, tuple)):
-        text = "[" + ", ".join(_override("x", v).split("=", 1)[1] if not isinstance(v, str)
-                               else '"' + v + '"' for v in value) + "]"
+        text = "[" + ", ".join(_override("x", v).split("=", 1)[1] for v in value) + "]"
     else:
         raise TypeError(f"{key}: expected a bool, number, string or list, "
                         f"got {type(value).__name__}")
@@ -107,7 +113,8 @@ class Model(CppModule):
         tokenizer: the run's Tokenizer (bytes or SentencePiece).
 
     forward(tokens [B, L] int64, mask=None) -> logits [B, L, vocab_size]; L <= max_len.
-    Raises RuntimeError naming the problem for L > max_len or a token out of range.
+    Raises RuntimeError naming the problem for L > max_len, IndexError naming
+    model.vocab_size for a token out of range.
     """
 
     def __init__(self, cpp, run_config, tokenizer):
@@ -137,7 +144,7 @@ class Model(CppModule):
         return _C.model_classify(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
 
     @torch.no_grad()
-    def generate(self, prompt, max_new_tokens=256, *, temperature=1.0, top_k=0, top_p=1.0,
+    def generate(self, prompt, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
                  seed=0):
         """Samples a continuation with incremental decoding (each new token costs one step
         of every mixer's cache, as ``seqmix generate``), in eval mode.
@@ -210,7 +217,9 @@ class Model(CppModule):
         moments from Python are not carried over).
 
         A folder that already holds a run is refused unless ``overwrite``; the checkpoint is
-        written atomically. Raises RuntimeError naming the folder on failure.
+        written atomically. Runs train in float32: the weights of a model converted with
+        ``.double()`` are stored rounded to float32. Raises RuntimeError naming the folder on
+        failure.
         """
         _int("step", step)
         _bool("overwrite", overwrite)
@@ -272,6 +281,55 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
                                         os.fspath(tokenizer) if tokenizer is not None else "",
                                         request)
     return Model(cpp, run_config, tok)
+
+
+def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None,
+          resume=False, overwrite=False, dist_timeout=60.0, **overrides):
+    """Trains a run into the folder ``out`` in this process, exactly as ``seqmix train``
+    (the library's trainer: AdamW, schedule, clipping, evaluations, atomic checkpoints,
+    metrics.jsonl; train/trainer.h), and returns its final figures.
+
+    Data-parallel: started by ``torchrun`` (or anything that sets RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT), every process calls this with
+    the same arguments and they train one run together on c10d Gloo, as ``seqmix train
+    --nproc-per-node`` does (README, "Training on several processes and machines"); rank 0
+    writes the folder. ``dist_timeout`` (seconds) bounds the wait for a lost worker.
+
+    Args:
+        out: the run folder (refused if it holds a run, unless ``resume`` or ``overwrite``).
+        preset, size, task, config, tokenizer, overrides: as for ``build`` (e.g.
+            ``**{"data.source": "sotu", "train.max_steps": 200}``). With ``resume`` the
+            configuration comes from the checkpoint and only overrides apply.
+
+    Returns:
+        dict with steps, train_loss, loss, perplexity, bpc (held-out), seconds, rank,
+        world_size; classifiers also valid_accuracy, test_accuracy, test_loss,
+        train_accuracy.
+
+    Raises:
+        ValueError / RuntimeError naming what is wrong (as the command line would);
+        KeyboardInterrupt after Ctrl-C / SIGTERM, once the step in progress is checkpointed
+        (the message says how to resume).
+    """
+    _bool("resume", resume)
+    _bool("overwrite", overwrite)
+    _float("dist_timeout", dist_timeout, 1.0, 86400.0)
+    request = []
+    for name, value in (("preset", preset), ("size", size), ("task", task)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
+        key = {"preset": "model.preset", "size": "model.size", "task": "data.task"}[name]
+        request.append(_override(key, value))
+    request += _overrides(overrides)
+    try:
+        out_json = _C.train_run(os.fspath(out), os.fspath(config) if config is not None else "",
+                                os.fspath(tokenizer) if tokenizer is not None else "", request,
+                                resume, overwrite, float(dist_timeout))
+    except (RuntimeError, ValueError) as e:
+        raise type(e)(_python_words(str(e))) from None
+    return json.loads(out_json)
 
 
 def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None,

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "bindings.h"
+#include "seqmix/train/trainer.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
@@ -13,6 +14,10 @@ PYBIND11_MODULE(_C, m) {
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const seqmix::train::Interrupted& e) {
+      // seqmix.train stopped by Ctrl-C / SIGTERM after a checkpoint: what Python raises for
+      // Ctrl-C, with the resume line.
+      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const c10::IndexError& e) {
       PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
     } catch (const c10::ValueError& e) {

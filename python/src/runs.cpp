@@ -5,15 +5,22 @@
 // the library's, exactly as the CLI gets it.
 #include <nlohmann/json.hpp>
 
+#include <csignal>
+#include <cstring>
+
 #include "bindings.h"
 #include "seqmix/bench/ops_bench.h"
+#include "seqmix/dist/process_group.h"
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/sequence_model.h"
+#include "seqmix/train/checkpoint.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/export.h"
 #include "seqmix/train/resolve.h"
+#include "seqmix/train/trainer.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::python {
 namespace {
@@ -88,6 +95,64 @@ void bind_runs(py::module_& m) {
         return loaded(std::move(run));
       },
       py::arg("config_path"), py::arg("tokenizer"), py::arg("overrides"));
+  // `seqmix train` in this process: the same run layer (a data-parallel worker when torchrun's
+  // variables are set). SIGINT / SIGTERM checkpoint and stop while it runs, as on the command
+  // line; Python's own handlers are put back afterwards.
+  m.def(
+      "train_run",
+      [](const std::string& out_dir, const std::string& config_path,
+         const std::string& tokenizer, const std::vector<std::string>& overrides, bool resume,
+         bool overwrite, double dist_timeout_s) {
+        if (!(dist_timeout_s >= 1 && dist_timeout_s <= 86400))
+          throw std::invalid_argument("dist_timeout: must be a number of seconds in [1, 86400]");
+        struct sigaction old_int {}, old_term {};
+        sigaction(SIGINT, nullptr, &old_int);
+        sigaction(SIGTERM, nullptr, &old_term);
+        struct Restore {
+          struct sigaction *i, *t;
+          ~Restore() {
+            sigaction(SIGINT, i, nullptr);
+            sigaction(SIGTERM, t, nullptr);
+          }
+        } restore{&old_int, &old_term};
+        py::gil_scoped_release release;
+        std::shared_ptr<dist::ProcessGroup> group;
+        const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
+        if (env.distributed())
+          group = dist::ProcessGroup::create(
+              env, std::chrono::milliseconds(static_cast<int64_t>(dist_timeout_s * 1000)));
+        train::TrainOptions options = train::open_training_folder(out_dir, resume, group);
+        train::RunRequest request;
+        request.config_path = config_path;
+        request.tokenizer = tokenizer;
+        request.overrides = overrides;
+        train::RunConfig config;
+        auto resolve = [&] {
+          config = train::resolve_run(
+              request, options.checkpoint ? &options.checkpoint->config() : nullptr);
+        };
+        if (group)
+          group->all_or_none("resolving the configuration", resolve);
+        else
+          resolve();
+        options.overwrite = overwrite;
+        util::reset_stop_signal();
+        const train::TrainResult r = train::train(config, options);
+        nlohmann::json j{{"steps", r.steps},           {"train_loss", r.final_train_loss},
+                         {"loss", r.eval_loss},        {"perplexity", r.eval_perplexity},
+                         {"bpc", r.eval_bpc},          {"seconds", r.seconds},
+                         {"rank", group ? group->rank() : 0},
+                         {"world_size", group ? group->world_size() : 1}};
+        if (!config.data.task.empty()) {
+          j["valid_accuracy"] = r.eval_accuracy;
+          j["test_accuracy"] = r.test_accuracy;
+          j["test_loss"] = r.test_loss;
+          j["train_accuracy"] = r.train_accuracy;
+        }
+        return j.dump();
+      },
+      py::arg("out_dir"), py::arg("config_path"), py::arg("tokenizer"), py::arg("overrides"),
+      py::arg("resume"), py::arg("overwrite"), py::arg("dist_timeout_s"));
   m.def(
       "load_run", [](const std::string& path) { return loaded(train::load_run(path)); },
       py::arg("path"));

@@ -197,6 +197,31 @@ TEST_F(Dist, TwoWorkersTrainTheClassifierOneWorkerTrains) {
   }
 }
 
+TEST_F(Dist, CompareTrainsEveryModelDistributed) {
+  const std::string f = "--data " + corpus +
+                        " --size tiny --max-len 16 --batch-size 4 --max-steps 6 --threads 1 "
+                        "--bucket 2 --run 'aib=weird-net model.dropout=0' --run "
+                        "'tf=transformer model.dropout=0'";
+  auto one = run_cli("compare --out " + dir + "/one " + f);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto two = run_cli("compare --nproc-per-node 2 --out " + dir + "/two " + f);
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto a = json_lines(one.output), b = json_lines(two.output);
+  ASSERT_EQ(a.size(), 2u) << one.output;
+  ASSERT_EQ(b.size(), 2u) << two.output;  // rank 0 alone reports
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(a[i]["name"], b[i]["name"]);
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(),
+                1e-5 * a[i]["loss"].get<double>());
+  }
+  EXPECT_TRUE(fs::exists(dir + "/two/compare.png"));
+  EXPECT_TRUE(fs::exists(dir + "/two/summary.jsonl"));
+  // A second distributed compare reuses the finished runs on every rank.
+  auto again = run_cli("compare --nproc-per-node 2 --out " + dir + "/two " + f);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("already trained"), std::string::npos) << again.output;
+}
+
 TEST_F(Dist, CheckpointsResumeWithAnotherNumberOfWorkers) {
   const std::string f = lm_flags(corpus) + " --set train.checkpoint_interval=10";
   ASSERT_EQ(run_cli("train " + f + " --max-steps 20 --out " + dir + "/ref").code, 0);
@@ -249,6 +274,35 @@ TEST_F(Dist, AKilledWorkerEndsTheRunNamingItAndTheCheckpointResumes) {
   auto re = run_cli("train --out " + run + " --resume --max-steps " + std::to_string(step + 5) +
                     " --threads 1");
   EXPECT_EQ(re.code, 0) << re.output;
+}
+
+TEST_F(Dist, CtrlCOnTheLauncherStopsEveryWorkerAtOneStepAfterACheckpoint) {
+  const std::string run = dir + "/run";
+  Background job(seqmix_bin() + " train --nproc-per-node 2 " + lm_flags(corpus) +
+                     " --max-steps 100000 --set train.checkpoint_interval=50 "
+                     "--set train.eval_interval=0 --out " + run,
+                 dir + "/log");
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(run + "/checkpoint.pt") &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(run + "/checkpoint.pt")) << read_text(job.log);
+  kill(job.pid, SIGINT);
+  const int code = job.wait_for(std::chrono::seconds(60));
+  const std::string log = read_text(job.log);
+  EXPECT_EQ(code, 128 + SIGINT) << log;
+  EXPECT_NE(log.find("interrupted by SIGINT"), std::string::npos) << log;
+  // The checkpoint holds the step at which both ranks stopped, and the run resumes from it.
+  int64_t interrupted_at = -1;
+  for (const auto& l : seqmix::train::read_metrics(run + "/metrics.jsonl"))
+    if (l.value("event", "") == "interrupted") interrupted_at = l["step"].get<int64_t>();
+  ASSERT_GT(interrupted_at, 0) << log;
+  auto re = run_cli("train --nproc-per-node 2 --out " + run + " --resume --max-steps " +
+                    std::to_string(interrupted_at + 3) + " --threads 1");
+  ASSERT_EQ(re.code, 0) << re.output;
+  EXPECT_NE(re.output.find("resuming at step " + std::to_string(interrupted_at)),
+            std::string::npos)
+      << re.output;
 }
 
 TEST_F(Dist, AHungWorkerEndsTheRunWithinTheTimeout) {

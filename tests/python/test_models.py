@@ -64,6 +64,14 @@ def test_build_bad_input(kwargs, error, words):
     assert words in str(info.value)
 
 
+def test_build_overrides_keep_their_types():
+    # A string that looks like a number or a bool stays a string; lists of strings are quoted.
+    m = seqmix.build("weird-net", "tiny", **{"data.source": "123"})
+    assert m.config["data"]["source"] == "123"
+    m = seqmix.build("weird-net", "tiny", **{"data.source": 'a "quoted" true'})
+    assert m.config["data"]["source"] == 'a "quoted" true'
+
+
 def test_load_equals_cli_eval(cli_run, corpus):
     model = seqmix.load(cli_run)
     assert not model.training

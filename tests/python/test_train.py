@@ -1,0 +1,86 @@
+"""seqmix.train: the command line's trainer from Python, alone and as data-parallel workers
+started the way torchrun starts them (RANK, WORLD_SIZE, ... in the environment)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import seqmix
+from conftest import cli, last_json
+
+
+
+def _overrides(corpus):
+    return {"data.source": str(corpus), "max_len": 32, "train.batch_size": 8,
+            "train.max_steps": 12, "train.threads": 1, "train.seed": 3, "dropout": 0.0,
+            "train.log_interval": 1, "train.eval_interval": 0}
+
+
+def _train_losses(run):
+    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    return {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
+
+
+def test_train_matches_the_command_line(tmp_path, corpus):
+    r = seqmix.train(tmp_path / "py", "weird-net", "tiny", **_overrides(corpus))
+    assert r["steps"] == 12 and r["world_size"] == 1
+    cli("train", "--model", "weird-net", "--size", "tiny", "--data", corpus, "--max-len", "32",
+        "--batch-size", "8", "--max-steps", "12", "--threads", "1", "--seed", "3",
+        "--set", "model.dropout=0", "--set", "train.log_interval=1",
+        "--set", "train.eval_interval=0", "--out", tmp_path / "cli")
+    a, b = _train_losses(tmp_path / "py"), _train_losses(tmp_path / "cli")
+    assert a.keys() == b.keys() and len(a) == 12
+    for step in a:
+        assert abs(a[step] - b[step]) <= 1e-6 * abs(b[step]), (step, a[step], b[step])
+    _, out, _ = cli("eval", tmp_path / "py", "--threads", "1")
+    assert abs(last_json(out)["loss"] - r["loss"]) <= 1e-5 * r["loss"]
+    # The folder is a run now: a second call is refused, resume=True continues it.
+    with pytest.raises(RuntimeError, match="overwrite=True"):
+        seqmix.train(tmp_path / "py", "weird-net", "tiny", **_overrides(corpus))
+    r2 = seqmix.train(tmp_path / "py", resume=True, **{"train.max_steps": 14})
+    assert r2["steps"] == 14
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_python_workers_train_what_one_trains(tmp_path, corpus):
+    # Two interpreters, launched as torchrun launches them, call seqmix.train alike.
+    port = _free_port()
+    code = ("import seqmix, sys, json; "
+            f"r = seqmix.train({str(tmp_path / 'dp')!r}, 'weird-net', 'tiny', "
+            f"**{_overrides(corpus)!r}); print(json.dumps(r))")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert [r["rank"] for r in results] == [0, 1]
+    assert results[0]["world_size"] == 2
+    # The global batch of 8 split 4 + 4 trains the model one process trains on 8.
+    seqmix.train(tmp_path / "one", "weird-net", "tiny", **_overrides(corpus))
+    a, b = _train_losses(tmp_path / "one"), _train_losses(tmp_path / "dp")
+    assert a.keys() == b.keys()
+    for step in a:
+        assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (step, a[step], b[step])
+
+
+def test_bad_train_arguments_raise(tmp_path, corpus):
+    with pytest.raises(TypeError, match="resume"):
+        seqmix.train(tmp_path / "x", "weird-net", resume="yes")
+    with pytest.raises(ValueError, match="dist_timeout"):
+        seqmix.train(tmp_path / "x", "weird-net", dist_timeout=0)
+    with pytest.raises((ValueError, RuntimeError), match="d_modle"):
+        seqmix.train(tmp_path / "x", "weird-net", "tiny", d_modle=3)
+    assert not os.path.exists(tmp_path / "x" / "checkpoint.pt")
