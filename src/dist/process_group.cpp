@@ -172,6 +172,35 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
         env.rank, where, timeout.count() / 1000.0, first_line(e.what())));
   }
   auto& store = *g->impl_->store;
+  // The server must be this job's store, not another service that accepts connections on
+  // that address (a proxy answers anything): rank 0 writes a marker the others must read
+  // back, in a thread with a deadline because a foreign server may never answer.
+  {
+    const std::string marker = "seqmix rendezvous store 1";
+    const std::string k = g->key("marker");
+    auto client = g->impl_->store;
+    auto check = std::make_shared<std::promise<std::string>>();
+    auto result = check->get_future();
+    std::thread([client, check, k, marker, timeout, rank = env.rank] {
+      try {
+        if (rank == 0) client->set(k, string_to_bytes(marker));
+        client->wait({k}, timeout);
+        const std::string got = bytes_to_string(client->get(k));
+        check->set_value(got == marker ? std::string() : "it answered with another store's data");
+      } catch (const std::exception& e) {
+        check->set_value(first_line(e.what()));
+      }
+    }).detach();
+    std::string problem = result.wait_for(timeout + std::chrono::seconds(1)) ==
+                                  std::future_status::ready
+                              ? result.get()
+                              : std::string("it did not answer");
+    if (!problem.empty())
+      throw std::runtime_error(fmt::format(
+          "rank {}: the server at {} (MASTER_ADDR, MASTER_PORT) is not this job's rendezvous "
+          "store, which rank 0 serves: {}",
+          env.rank, where, problem));
+  }
   // Every rank must describe the same job before Gloo connects them (a mismatch there would
   // wait for ranks that never come).
   auto abort = [&](const std::string& why) {

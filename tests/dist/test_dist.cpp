@@ -365,6 +365,36 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
                "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
                "MASTER_PORT=" + std::to_string(seqmix::dist::free_port()),
                "cannot reach the rendezvous store");
+  // Something else answers at MASTER_ADDR:MASTER_PORT (here an HTTP-like server that
+  // replies with text to anything).
+  {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(listen(fd, 4), 0);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    std::thread server([fd] {
+      for (int i = 0; i < 4; ++i) {
+        const int c = accept(fd, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[256];
+        (void)!read(c, buf, sizeof buf);
+        const char reply[] = "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
+        (void)!write(c, reply, sizeof reply - 1);
+        close(c);
+      }
+    });
+    expect_error(base + dir + "/a",
+                 "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
+                 "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
+                 "is not this job's rendezvous store");
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+    server.join();
+  }
   // The port is taken.
   {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
