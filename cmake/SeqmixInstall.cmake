@@ -61,6 +61,14 @@ if(TARGET seqmix_cli)
   install(TARGETS seqmix_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
+# The Python extension: its RUNPATH names the plugin's folder too (dlopen of a bare file name
+# searches the RUNPATH of the object that calls it, here seqmix/_C.so).
+if(TARGET seqmix_python)
+  file(RELATIVE_PATH _seqmix_py_to_plugins "/${SEQMIX_INSTALL_PYTHONDIR}"
+       "/${SEQMIX_INSTALL_PLUGINDIR}")
+  set_target_properties(seqmix_python PROPERTIES INSTALL_RPATH "$ORIGIN/${_seqmix_py_to_plugins}")
+endif()
+
 # --- the CMake package -------------------------------------------------------------------
 install(EXPORT seqmixTargets NAMESPACE seqmix:: FILE seqmixTargets.cmake
   DESTINATION ${SEQMIX_INSTALL_CMAKEDIR})

@@ -104,6 +104,15 @@ if [ -d "$pydir/seqmix" ]; then
   py "$here/examples/python/aib_in_pytorch.py" --steps 30
   step "python: load_and_generate.py on the CLI's run"
   py "$here/examples/python/load_and_generate.py" "$work/run-bytes" --max-new-tokens 40 --no-eval
+  step "python: the BPE run, with the installed SentencePiece plugin"
+  LD_DEBUG=files py "$here/examples/python/load_and_generate.py" "$work/run-bpe" \
+    --max-new-tokens 20 --no-eval >/dev/null 2>"$work/ld-py.log"
+  loaded=$(grep -o 'calling init: [^ ]*libseqmix_sentencepiece.so' "$work/ld-py.log" | head -n1)
+  loaded=${loaded#calling init: }
+  # _C.so's RUNPATH is relative ($ORIGIN/...): compare resolved paths.
+  [ -n "$loaded" ] && [ "$(realpath "$loaded")" = \
+    "$(realpath "$prefix/$libdir/seqmix/libseqmix_sentencepiece.so")" ] \
+    || { echo "examples.sh: Python loaded '$loaded', not the installed plugin" >&2; exit 1; }
 else
   step "python: not built (SEQMIX_BUILD_PYTHON=OFF), skipped"
 fi
