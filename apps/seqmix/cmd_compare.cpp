@@ -28,7 +28,7 @@ int run_compare(CompareFlags& f) {
   auto& o = f.options;
   o.group = f.dist.join();
   const bool writer = !o.group || o.group->rank() == 0;
-  util::install_stop_signals();
+  util::install_stop_signals(o.group ? 1.0 : 0.0);
   util::check_path_text(o.out_dir, "--out");
   o.config_path = f.config.config_path;
   o.shared_overrides = f.config.overrides();

@@ -49,7 +49,9 @@ int train_here(const TrainFlags& f) {
     return 0;
   }
   if (f.out.empty()) throw std::runtime_error("train: --out <run folder> is required");
-  util::install_stop_signals();
+  // A worker may get one Ctrl-C twice (the terminal's, its launcher's): the second within a
+  // second does not end it mid-step.
+  util::install_stop_signals(group ? 1.0 : 0.0);
   options.overwrite = f.overwrite;
   const auto r = train::train(config, options);
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job

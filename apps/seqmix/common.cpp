@@ -1,6 +1,9 @@
 #include "common.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstring>
@@ -264,6 +267,11 @@ std::shared_ptr<dist::ProcessGroup> DistFlags::join() const {
   const auto timeout = timeout_of(dist_timeout);
   const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
   if (!env.distributed()) return nullptr;
+  // Started by seqmix's launcher: end with it, even if it is killed outright (SIGKILL).
+  if (const char* parent = std::getenv("SEQMIX_LAUNCHER_PID")) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (std::to_string(getppid()) != parent) raise(SIGTERM);  // it died before this line
+  }
   return dist::ProcessGroup::create(env, timeout);
 }
 

@@ -118,6 +118,10 @@ void bind_runs(py::module_& m) {
         py::gil_scoped_release release;
         std::shared_ptr<dist::ProcessGroup> group;
         const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
+        // From here on Ctrl-C asks the trainer to stop (a worker ignores a repeat within a
+        // second: torchrun forwards the terminal's Ctrl-C too).
+        util::reset_stop_signal();
+        util::install_stop_signals(env.distributed() ? 1.0 : 0.0);
         if (env.distributed())
           group = dist::ProcessGroup::create(
               env, std::chrono::milliseconds(static_cast<int64_t>(dist_timeout_s * 1000)));
@@ -136,7 +140,6 @@ void bind_runs(py::module_& m) {
         else
           resolve();
         options.overwrite = overwrite;
-        util::reset_stop_signal();
         const train::TrainResult r = train::train(config, options);
         nlohmann::json j{{"steps", r.steps},           {"train_loss", r.final_train_loss},
                          {"loss", r.eval_loss},        {"perplexity", r.eval_perplexity},

@@ -57,7 +57,8 @@ void LaunchOptions::validate() const {
   if (node_rank < 0 || node_rank >= nnodes)
     bad("--node-rank", fmt::format("an integer in [0, --nnodes) = [0, {})", nnodes), node_rank);
   if (master_port < 0 || master_port > 65535)
-    bad("--master-port", "a TCP port in [1, 65535]", master_port);
+    bad("--master-port", "a TCP port in [1, 65535] (or 0: a free one, one machine only)",
+        master_port);
   if (timeout < std::chrono::seconds(1))
     bad("--dist-timeout", "at least 1 second", static_cast<long long>(timeout.count() / 1000));
   if (nnodes > 1 && (master_addr.empty() || master_port == 0))
@@ -101,9 +102,26 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_chld {}, dfl {};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  // waitpid needs SIGCHLD's default action (an inherited SIG_IGN reaps children unseen).
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGCHLD, &dfl, &old_chld);
+  auto restore = [&] {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGCHLD, &old_chld, nullptr);
+  };
+  // Each worker in its own process group: a terminal's Ctrl-C reaches the launcher alone,
+  // which forwards it once (the workers would otherwise get it twice and take the second as
+  // "end now").
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const std::string launcher_pid = "SEQMIX_LAUNCHER_PID=" + std::to_string(getpid());
 
   std::map<pid_t, int> rank_of;  // running workers
   auto terminate_all = [&](int sig) {
@@ -114,6 +132,7 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
     env.rank = o.node_rank * o.nproc_per_node + i;
     std::vector<std::string> envs = base_env;
     for (auto& v : env.to_environment()) envs.push_back(v);
+    envs.push_back(launcher_pid);  // the worker ends with its launcher (see DistFlags::join)
     std::vector<char*> cargv, cenv;
     cargv.push_back(const_cast<char*>("seqmix"));
     for (size_t k = 1; k < argv.size(); ++k) cargv.push_back(const_cast<char*>(argv[k].c_str()));
@@ -121,13 +140,17 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
     for (auto& v : envs) cenv.push_back(v.data());
     cenv.push_back(nullptr);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), cenv.data());
+    const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, &attr, cargv.data(), cenv.data());
     if (rc != 0) {
       terminate_all(SIGKILL);
+      for (const auto& [p, r] : rank_of) waitpid(p, nullptr, 0);
+      posix_spawnattr_destroy(&attr);
+      restore();
       throw std::runtime_error(fmt::format("cannot start worker rank {}: {}", env.rank, std::strerror(rc)));
     }
     rank_of[pid] = env.rank;
   }
+  posix_spawnattr_destroy(&attr);
   std::fprintf(stderr, "seqmix: started %d workers (ranks %d..%d of %d), rendezvous %s:%d\n",
                o.nproc_per_node, o.node_rank * o.nproc_per_node,
                (o.node_rank + 1) * o.nproc_per_node - 1, env.world_size, env.master_addr.c_str(),
@@ -175,8 +198,7 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  restore();
   return result;
 }
 

@@ -104,6 +104,9 @@ LaunchEnv LaunchEnv::from_environment() {
   if (e.master_addr.empty())
     throw std::invalid_argument("environment variable MASTER_ADDR: must be a host name or "
                                 "address, got ''");
+  if (const char* a = std::getenv("TORCHELASTIC_USE_AGENT_STORE"))
+    e.agent_store = std::string(a) == "True" || std::string(a) == "true" || std::string(a) == "1";
+  e.restart_count = static_cast<int>(env_int("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30).value_or(0));
   return e;
 }
 
@@ -141,9 +144,13 @@ struct ProcessGroup::Pending {
 };
 
 ProcessGroup::ProcessGroup(LaunchEnv env, std::chrono::milliseconds timeout)
-    : env_(std::move(env)), timeout_(timeout), impl_(std::make_unique<Impl>()) {}
+    : env_(std::move(env)), timeout_(timeout), impl_(std::make_unique<Impl>()) {
+  // A process may join several jobs in turn (seqmix.train called twice): each its own keys.
+  static std::atomic<int> generation{0};
+  prefix_ = fmt::format("seqmix/{}/{}/", env_.restart_count, generation++);
+}
 
-std::string ProcessGroup::key(const std::string& name) const { return "seqmix/" + name; }
+std::string ProcessGroup::key(const std::string& name) const { return prefix_ + name; }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
                                                    std::chrono::milliseconds timeout) {
@@ -155,13 +162,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
   // The store: rank 0 serves it, every rank (rank 0 too) is a client of it.
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);
-  o.isServer = env.rank == 0;
+  o.isServer = env.rank == 0 && !env.agent_store;
   o.waitWorkers = false;
   o.timeout = timeout;
   try {
     g->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
-    if (env.rank == 0)
+    if (o.isServer)
       throw std::runtime_error(fmt::format(
           "rank 0 cannot serve the rendezvous store on port {} (MASTER_PORT, --master-port): {} "
           "(is the port in use? give another one)",
@@ -226,7 +233,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
                           env.rank, env.world_size, w0));
       checked_rank0 = true;
     }
-    if (checked_rank0 && store.check(joined)) break;
+    if (checked_rank0 && store.check(joined)) {
+      // Every rank reads every rank's WORLD_SIZE, so that a mismatch stops all of them.
+      for (int r = 0; r < env.world_size; ++r) {
+        const std::string w = bytes_to_string(store.get(joined[static_cast<size_t>(r)]));
+        if (w != std::to_string(env.world_size))
+          abort(fmt::format("WORLD_SIZE differs between ranks: rank {} has {}, rank {} has {}", r,
+                            w, env.rank, env.world_size));
+      }
+      if (store.check({g->key("abort")}))
+        throw std::runtime_error(bytes_to_string(store.get(g->key("abort"))));
+      break;
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       std::vector<int> missing;
       for (int r = 0; r < env.world_size; ++r)
@@ -249,7 +267,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
   try {
     g->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::static_intrusive_pointer_cast<c10d::Store>(
-            c10::make_intrusive<c10d::PrefixStore>("gloo", g->impl_->store)),
+            c10::make_intrusive<c10d::PrefixStore>(g->key("gloo"), g->impl_->store)),
         env.rank, env.world_size, opts);
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("rank {}: the Gloo process group did not connect: {}",
@@ -269,13 +287,15 @@ void ProcessGroup::start_heartbeat() {
   const std::string k = key("alive/" + std::to_string(env_.rank));
   heartbeat_ = std::thread([this, k] {
     const auto every = heartbeat_interval(timeout_);
-    std::unique_lock<std::mutex> lock(impl_->beat_mu);
     while (!stop_heartbeat_) {
       try {
         impl_->beat_store->add(k, 1);
       } catch (...) {
         return;  // the store's host is gone; the collectives will say so
       }
+      // Locked only while waiting, so the destructor never waits on a blocked store call
+      // (the thread is then detached instead of joined, see ~ProcessGroup).
+      std::unique_lock<std::mutex> lock(impl_->beat_mu);
       impl_->beat_cv.wait_for(lock, every, [this] { return stop_heartbeat_.load(); });
     }
   });
@@ -349,6 +369,17 @@ double ProcessGroup::wait(Pending& pending) {
     raise_lost(pending.what, e.what());
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ProcessGroup::all_reduce_max(at::Tensor& t, const std::string& what) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  try {
+    impl_->gloo->allreduce(v, o)->wait();
+  } catch (const std::exception& e) {
+    raise_lost(what, e.what());
+  }
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor& t, const std::string& what) {

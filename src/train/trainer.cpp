@@ -514,7 +514,23 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   }
   {
     if (finished) {
-      if (!writer) return TrainResult{};
+      if (group) {
+        // Every rank returns the run's figures, which rank 0's metrics hold.
+        std::string text = writer ? util::read_file(final_metrics.string()) : std::string();
+        group->broadcast_bytes(text, 0, "sending the finished run's metrics");
+        if (!writer) {
+          const std::string tmp = util::write_temp_file(text, "seqmix-rank-metrics");
+          TrainResult r;
+          try {
+            r = finished_result(tmp, start, seconds_before);
+          } catch (...) {
+            fs::remove(tmp);
+            throw;
+          }
+          fs::remove(tmp);
+          return r;
+        }
+      }
       fmt::print(stderr,
                  "seqmix train: run '{}' is finished (step {} of train.max_steps {}); nothing to "
                  "do (raise --max-steps to train further)\n",
@@ -543,7 +559,12 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     // A rank that cannot read its data must not leave the others waiting; then the ranks must
     // be about to run the same experiment on the same data with the same code.
     group->all_or_none("loading the data", make_plan);
-    group->agree("the configuration", config.to_toml(), [](const std::string& a, const std::string& b) {
+    // Where each machine keeps the data and how many threads it runs may differ (the data
+    // hash below checks the data itself).
+    RunConfig compared = config;
+    compared.data.dir.clear();
+    compared.train.threads = 0;
+    group->agree("the configuration", compared.to_toml(), [](const std::string& a, const std::string& b) {
       try {
         const auto d = RunConfig::from_toml(b, "rank").diff(RunConfig::from_toml(a, "rank 0"));
         return d.empty() ? std::string() : d.front();
@@ -599,7 +620,20 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   for (std::string line; std::getline(summary, line);) say(line);
   for (const auto& n : notes) say(n);
   int64_t last_checkpoint = start;
+  // Buffers (BatchNorm's running statistics) follow each rank's own batches: rank 0's are
+  // the model's, sent to all before anything is scored or saved (DDP's broadcast_buffers).
+  auto sync_buffers = [&] {
+    if (!group) return;
+    std::vector<at::Tensor> buffers;
+    for (auto& b : model->buffers()) buffers.push_back(b);
+    group->broadcast(buffers, 0, "sending rank 0's buffers");
+  };
+  auto held_out = [&](int64_t step, bool final) {
+    sync_buffers();
+    plan.held_out(step, final);
+  };
   auto checkpoint = [&](int64_t step) {
+    sync_buffers();
     // Weights that are no longer finite (train.nonfinite = skip lets an update through that
     // overflows them) must never replace a good checkpoint.
     if (const std::string bad = nonfinite_parameter(model); !bad.empty())
@@ -616,8 +650,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     files.promote(config.to_toml(), tokenizer);
     last_checkpoint = step;
   };
-  auto interrupted = [&](int64_t step) {
-    const int sig = util::stop_signal();
+  auto interrupted = [&](int64_t step, int sig) {
     progress->finish();
     // A resumed run stopped before its first step still has the checkpoint it started from.
     if (step > last_checkpoint) checkpoint(step);
@@ -633,13 +666,14 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
         sig, step, saved ? ckpt_path.string() : std::string());
   };
   // Any rank's SIGINT / SIGTERM stops every rank at the same step.
-  auto any_rank = [&](bool flag) {
-    if (!group) return flag;
-    at::Tensor v = at::full({1}, flag ? 1 : 0, at::kInt);
-    group->all_reduce_sum(v, "checking for a stop signal");
-    return v.item<int>() > 0;
+  // The signal that stops every rank: the largest any rank got (SIGTERM over SIGINT), 0 = none.
+  auto agreed_signal = [&](int sig) {
+    if (!group) return sig;
+    at::Tensor v = at::full({1}, sig, at::kInt);
+    group->all_reduce_max(v, "checking for a stop signal");
+    return v.item<int>();
   };
-  if (any_rank(util::stop_signal() != 0)) throw interrupted(start);
+  if (const int sig = agreed_signal(util::stop_signal()); sig != 0) throw interrupted(start, sig);
 
   std::unique_ptr<dist::GradientReducer> reducer;
   if (options.group) reducer = std::make_unique<dist::GradientReducer>(options.group, model->parameters());
@@ -677,7 +711,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     if (options.after_backward) options.after_backward(step + 1, model);
     double l = sl.loss.item<double>();
     int64_t step_correct = sl.correct, step_count = sl.count;
-    bool stop_now = false;
+    int stop_now = 0;  // the signal that stops this step's rank(s), agreed below
     if (group) {
       // The global batch's mean loss and counts; a stop signal on any rank stops all.
       at::Tensor v = at::tensor({l, static_cast<double>(sl.correct), static_cast<double>(sl.count),
@@ -688,7 +722,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       l = p[0] / group->world_size();
       step_correct = static_cast<int64_t>(std::llround(p[1]));
       step_count = static_cast<int64_t>(std::llround(p[2]));
-      stop_now = p[3] > 0;
+      if (p[3] > 0) stop_now = agreed_signal(util::stop_signal());
     }
     const int64_t done = step + 1;
     // Checked before clipping, which would spread one bad gradient over all of them. The
@@ -775,7 +809,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     }
     if (progress->tty()) progress->update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
-      plan.held_out(done, false);
+      held_out(done, false);
     if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
         done == options.halt_after_step)
       checkpoint(done);
@@ -786,14 +820,15 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       result.seconds = run_seconds();
       return result;
     }
-    if (group ? stop_now : util::stop_signal() != 0) throw interrupted(done);
+    if (const int sig = group ? stop_now : util::stop_signal(); sig != 0)
+      throw interrupted(done, sig);
   }
   progress->finish();
   // Resumed exactly at the end: a shortened run (checkpoint it with its new length) or one
   // that stopped before its final evaluation.
   if (start >= t.max_steps && !files.promoted() && (!resumed || stored_max_steps != t.max_steps))
     checkpoint(t.max_steps);
-  plan.held_out(std::max(start, t.max_steps), true);
+  held_out(std::max(start, t.max_steps), true);
   if (!std::isfinite(result.eval_loss))
     throw std::runtime_error(fmt::format(
         "the final evaluation's loss is {}: the weights at step {} produce NaN or inf on "

@@ -2,14 +2,37 @@
 
 #include <csignal>
 #include <cstring>
+#include <ctime>
 
 namespace seqmix::util {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+// Seconds (CLOCK_MONOTONIC) of the first signal, and how long a repeat is ignored.
+volatile double g_first_at = 0, g_grace_s = 0;
+
+double now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 extern "C" void on_stop_signal(int sig) {
+  if (g_signal != 0 && g_grace_s > 0) {
+    // A repeat within the grace period is the same request arriving twice (a terminal's
+    // Ctrl-C reaches the whole process group, and a launcher forwards it too): ignored.
+    if (now_s() - g_first_at < g_grace_s) return;
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);
+    return;
+  }
   g_signal = sig;
+  g_first_at = now_s();
+  if (g_grace_s > 0) return;  // the handler stays; see above
   // Whichever of the two comes next ends the process (sigaction is async-signal-safe).
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);
@@ -35,6 +58,11 @@ void install(int sig) {
 void install_stop_signals() {
   install(SIGINT);
   install(SIGTERM);
+}
+
+void install_stop_signals(double repeat_grace_s) {
+  g_grace_s = repeat_grace_s;
+  install_stop_signals();
 }
 
 int stop_signal() { return g_signal; }

@@ -17,6 +17,8 @@
 #include <map>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "seqmix/dist/launcher.h"
 #include "seqmix/train/metrics.h"
 #include "support/cli.h"
@@ -423,6 +425,33 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
   expect_error("train --nproc-per-node 0 " + lm_flags(corpus) + " --out " + dir + "/c", "",
                "--nproc-per-node");
   expect_error(base + dir + "/c --dist-timeout 0 --nproc-per-node 2", "", "--dist-timeout");
+}
+
+TEST_F(Dist, UnderTorchrunsAgentStoreEveryRankIsAClient) {
+  // torchrun's agent serves the store on MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE:
+  // here the test process plays the agent. (Debian 12's torchrun itself fails on Python 3.11
+  // before it starts a worker: "'NoneType' object has no attribute 'get'" in to_map.)
+  const int port = seqmix::dist::free_port();
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  ASSERT_EQ(run_cli("train " + lm_flags(corpus) + " --max-steps 12 --out " + dir + "/one").code, 0);
+  std::vector<std::unique_ptr<Background>> workers;
+  for (int rank = 0; rank < 2; ++rank)
+    workers.push_back(std::make_unique<Background>(
+        "env TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=1 RANK=" +
+            std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+            " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+            " " + seqmix_bin() + " train " + lm_flags(corpus) + " --max-steps 12 --out " + dir +
+            "/agent",
+        dir + "/log" + std::to_string(rank)));
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(workers[rank]->wait_for(std::chrono::seconds(120)), 0)
+        << read_text(dir + "/log" + std::to_string(rank));
+  expect_same_losses(curve_of(dir + "/one"), curve_of(dir + "/agent"), 1, 12, 1e-5,
+                     "2 workers on an agent's store vs 1 worker");
 }
 
 TEST_F(Dist, RanksMustAgreeOnWorldSizeAndConfiguration) {

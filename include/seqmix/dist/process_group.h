@@ -37,6 +37,11 @@ struct LaunchEnv {
   int local_world_size = 1;  ///< LOCAL_WORLD_SIZE: processes on this machine
   std::string master_addr;   ///< MASTER_ADDR: host of rank 0, which serves the store
   int master_port = 0;       ///< MASTER_PORT: the store's TCP port
+  /// torchrun's agent already serves the store on MASTER_PORT
+  /// (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, is only its client.
+  bool agent_store = false;
+  /// TORCHELASTIC_RESTART_COUNT (0 if unset): keys of a restarted job do not meet the old ones.
+  int restart_count = 0;
 
   bool distributed() const { return world_size > 1 || !master_addr.empty(); }
 
@@ -82,6 +87,8 @@ class ProcessGroup {
 
   /// Sums `t` over all ranks in place (synchronously). `what` names the collective in errors.
   void all_reduce_sum(at::Tensor& t, const std::string& what);
+  /// The element-wise maximum over all ranks, in place.
+  void all_reduce_max(at::Tensor& t, const std::string& what);
   /// Starts a sum of `t` over all ranks in place; wait() finishes it.
   struct Pending;
   std::shared_ptr<Pending> all_reduce_sum_async(at::Tensor t, const std::string& what);
@@ -92,13 +99,14 @@ class ProcessGroup {
   /// Rank `root`'s bytes on every rank (`data` is replaced on the others).
   void broadcast_bytes(std::string& data, int root, const std::string& what);
   /// Every rank's `value` checked against rank 0's: if any rank's differs, every rank throws
-  /// std::runtime_error "<what> differs between ranks: rank R: <describe(rank 0's, R's)>".
+  /// std::runtime_error "<what> differs between ranks: rank R does not match rank 0:
+  /// <describe(rank 0's, R's)>".
   /// `describe` (optional) explains a difference, e.g. the first differing key.
   void agree(const std::string& what, const std::string& value,
              const std::function<std::string(const std::string& ours, const std::string& theirs)>&
                  describe = {});
   /// Runs `fn` on every rank; if it throws on any rank, every rank throws: the failing rank
-  /// its own exception, the others std::runtime_error("rank R: <its message>"). A step at
+  /// its own exception, the others std::runtime_error("<what>: rank R failed: <its message>"). A step at
   /// which one rank alone can fail (opening the run folder on rank 0) must go through this,
   /// so that the others do not wait for it until the timeout.
   void all_or_none(const std::string& what, const std::function<void()>& fn);
@@ -120,6 +128,7 @@ class ProcessGroup {
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_heartbeat_{false};
   std::thread heartbeat_;
+  std::string prefix_;  ///< this job's keys in the store
   int64_t sequence_ = 0;  ///< numbers the keys of agree / all_or_none / broadcast_bytes
 };
 

@@ -9,6 +9,11 @@ namespace seqmix::util {
 /// call this; the library only polls stop_signal(). Idempotent.
 void install_stop_signals();
 
+/// As install_stop_signals(), except that a second signal within `repeat_grace_s` seconds of
+/// the first is ignored (only a later one ends the process): for data-parallel workers, which
+/// can get one Ctrl-C twice (from the terminal and from their launcher).
+void install_stop_signals(double repeat_grace_s);
+
 /// The signal that asked to stop (SIGINT or SIGTERM), or 0.
 int stop_signal();
 
