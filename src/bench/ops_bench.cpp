@@ -93,6 +93,7 @@ int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, i
   const int64_t bld = B * L * D * 4;
   const int64_t K = ops::aib_num_levels(L);
   if (op == "aib_scan_kernel") return 8 * bld;
+  if (op == "prefix_sum_a" || op == "prefix_sum_b") return 16 * bld;
   if (op == "aib_layer") return 14 * bld;
   if (op == "extractor_fast" || op == "extractor_conv_kernel") return 16 * bld + 8 * L * D * D * 4;
   if (op == "extractor_reference" || op == "extractor_conv_reference")
@@ -111,8 +112,9 @@ int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, i
 }
 
 const std::vector<std::string>& layer_rows() {
-  static const std::vector<std::string> names = {"aib_layer", "attention_layer", "extractor_fast",
-                                                 "extractor_reference"};
+  static const std::vector<std::string> names = {"aib_layer",          "attention_layer",
+                                                 "extractor_fast",     "extractor_reference",
+                                                 "prefix_sum_a",       "prefix_sum_b"};
   return names;
 }
 
@@ -178,7 +180,42 @@ Timing measure_op(const OpRow& row, int64_t B, int64_t L, int64_t D, int64_t rep
       reps);
 }
 
+// aib-net Fig. 3: O = prefix(E * V) / prefix(E), E = exp(A), all gradients.
+Timing measure_prefix_sum(bool algorithm_b, int64_t B, int64_t L, int64_t D, int64_t reps) {
+  std::vector<at::Tensor> xs = {(0.1 * at::randn({B, L, D})).requires_grad_(true),
+                                at::randn({B, L, D}).requires_grad_(true)};
+  auto prefix = algorithm_b ? &prefix_sum_logdepth : &prefix_sum_sequential;
+  torch::nn::Module none;
+  return measure(
+      [&](bool) {
+        zero_grads(none, xs);
+        const at::Tensor e = at::exp(xs[0]);
+        return prefix(e * xs[1]) / prefix(e);
+      },
+      reps);
+}
+
 }  // namespace
+
+at::Tensor prefix_sum_sequential(const at::Tensor& x) {
+  if (x.dim() != 3) throw std::invalid_argument("prefix_sum_sequential: x must be [B, L, D]");
+  const int64_t L = x.size(1);
+  if (L == 0) return x.clone();
+  std::vector<at::Tensor> rows;
+  rows.reserve(static_cast<size_t>(L));
+  rows.push_back(x.select(1, 0));
+  for (int64_t j = 1; j < L; ++j) rows.push_back(rows.back() + x.select(1, j));
+  return at::stack(rows, 1);
+}
+
+at::Tensor prefix_sum_logdepth(const at::Tensor& x) {
+  if (x.dim() != 3) throw std::invalid_argument("prefix_sum_logdepth: x must be [B, L, D]");
+  const int64_t L = x.size(1);
+  at::Tensor h = x;
+  for (int64_t s = 1; s < L; s *= 2)
+    h = at::cat({h.narrow(1, 0, s), h.narrow(1, s, L - s) + h.narrow(1, 0, L - s)}, 1);
+  return L == 0 ? x.clone() : h;
+}
 
 double stream_triad_gbps(int64_t n, int reps) {
   at::Tensor a = at::empty({n}), b = at::rand({n}), c = at::rand({n});
@@ -252,6 +289,8 @@ void run_ops_bench(const OpsBenchOptions& o,
         nn::Extractor layer(nn::ExtractorOptions(D, max_L).backend(
             op == "extractor_fast" ? ops::Backend::kernel : ops::Backend::reference));
         t = measure_mixer(*layer, B, L, D, o.reps);
+      } else if (op == "prefix_sum_a" || op == "prefix_sum_b") {
+        t = measure_prefix_sum(op == "prefix_sum_b", B, L, D, o.reps);
       } else if (op == "aib_layer") {
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
         t = measure_mixer(*layer, B, L, D, o.reps);
@@ -364,6 +403,11 @@ std::string format_ops_table(const std::vector<nlohmann::json>& rows) {
     if (ef && er)
       line += fmt::format("  extractor reference/fast fwd+bwd {:.1f}x",
                           er->at("fwd_bwd_ms").get<double>() / ef->at("fwd_bwd_ms").get<double>());
+    const auto *pa = get("prefix_sum_a", L), *pb = get("prefix_sum_b", L);
+    if (pa && pb)
+      line += fmt::format("  prefix sum A/B fwd+bwd {:.1f}x, memory {:.2f}x",
+                          pa->at("fwd_bwd_ms").get<double>() / pb->at("fwd_bwd_ms").get<double>(),
+                          pa->at("peak_mib").get<double>() / pb->at("peak_mib").get<double>());
     if (ef && at)
       line += fmt::format("  attention/extractor_fast fwd+bwd {:.2f}x",
                           at->at("fwd_bwd_ms").get<double>() / ef->at("fwd_bwd_ms").get<double>());

@@ -155,10 +155,12 @@ TaskData load_task(const TaskSpec& spec) {
     if (spec.train > 0) o.train = spec.train;
     if (spec.valid > 0) o.valid = spec.valid;
     if (spec.test > 0) o.test = spec.test;
+    if (spec.pathfinder_dashes > 0) o.contour_length = spec.pathfinder_dashes;
+    if (spec.pathfinder_distractors >= 0) o.n_distractors = spec.pathfinder_distractors;
     d.splits = generate_pathfinder(o);
-    d.description = fmt::format("{} ({}x{}, generated, seed {}, {} dashes per path): {}",
-                                spec.name, side, side, spec.seed, o.contour_length,
-                                sizes(d.splits));
+    d.description = fmt::format(
+        "{} ({}x{}, generated, seed {}, {} dashes per path, {} distractors): {}", spec.name,
+        side, side, spec.seed, o.contour_length, o.n_distractors, sizes(d.splits));
     return d;
   }
   throw std::logic_error("load_task: task '" + spec.name + "' has no loader");

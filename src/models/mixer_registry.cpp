@@ -124,16 +124,21 @@ MixerSpec etsmlp_row() {
         .max_lambda(c.ces.max_lambda)
         .shortcut(nn::parse_ces_shortcut(c.ces.shortcut))
         .normalize(c.ces.normalize)
-        .backend(ops::parse_backend(c.ces.impl));
+        .backend(ops::parse_backend(c.ces.impl))
+        .alpha(c.ces.alpha)
+        .beta(c.ces.beta)
+        .real(c.ces.real);
     return std::make_shared<nn::ESMLPImpl>(
         nn::ESMLPOptions(c.d_model, c.d_ff).causal(c.causal).gate(c.ces.gate).ces(ces));
   };
-  // in_proj, out_proj (with biases), gate, CES (3 complex parameters per channel and
-  // direction), omega per channel.
+  // in_proj, out_proj (with biases), gate, CES (lambda, alpha, beta per channel and
+  // direction, complex unless real, alpha and beta unless ablated), omega per channel.
   s.parameters = [](const ModelConfig& c) {
     const R D = static_cast<R>(c.d_model), F = static_cast<R>(c.d_ff);
     const R C = c.causal ? F : 2 * F;
-    return 2 * D * F + F + D + (c.ces.gate ? D * D + D : 0) + 6 * C +
+    const R per_number = c.ces.real ? 1 : 2;
+    const R numbers = 1 + (c.ces.alpha ? 1 : 0) + (c.ces.beta ? 1 : 0);
+    return 2 * D * F + F + D + (c.ces.gate ? D * D + D : 0) + numbers * per_number * C +
            (c.ces.shortcut == "none" ? 0 : F);
   };
   // norm output, residual input; projection, CES output, ReLU output.

@@ -56,8 +56,10 @@ const std::vector<Field<CESConfig>>& CESConfig::fields() {
       {"normalize", &C::normalize, "kernel times sqrt(1 - |mu|^2) (appendix B, LRU)"},
       {"r_min", &C::r_min, "inner radius of lambda's init ring", ring},
       {"r_max", &C::r_max, "outer radius of lambda's init ring", ring},
-      {"max_phase", &C::max_phase, "largest initial phase of lambda, radians",
-       util::finite_above<C>(&C::max_phase, 0, true, " (radians)")},
+      {"max_phase", &C::max_phase,
+       "largest initial phase of lambda, radians (0 with r_min = r_max: one fixed point, "
+       "etsmlp Table 4's Stable)",
+       util::finite_above<C>(&C::max_phase, 0, false, " (radians)")},
       {"max_lambda", &C::max_lambda, "bound on |mu| (eq. 12)",
        [](const C& c) -> std::string {
          if (c.max_lambda > 0 && c.max_lambda <= 1 && !(c.normalize && c.max_lambda >= 1))
@@ -66,6 +68,9 @@ const std::vector<Field<CESConfig>>& CESConfig::fields() {
                 util::format_number(c.max_lambda);
        }},
       {"impl", &C::impl, "kernel (recurrence) | reference (FFT)", backend<C>(&C::impl)},
+      {"alpha", &C::alpha, "learned damping exponent alpha (false: etsmlp Table 3 No alpha)"},
+      {"beta", &C::beta, "learned input factor beta (false: etsmlp Table 3 No beta)"},
+      {"real", &C::real, "real instead of complex lambda, alpha, beta (etsmlp Table 3 Real)"},
   };
   return f;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace seqmix::nn {
@@ -45,9 +46,10 @@ void CESImpl::reset() {
     throw std::invalid_argument(fmt::format(
         "CES: max_lambda must be in (0, 1] (below 1 with normalize), got {}", o.max_lambda()));
   const int64_t C = o.bidirectional() ? 2 * o.channels() : o.channels();
-  log_lambda = register_parameter("log_lambda", torch::empty({C, 2}));
-  log_alpha = register_parameter("log_alpha", torch::empty({C, 2}));
-  log_beta = register_parameter("log_beta", torch::empty({C, 2}));
+  const int64_t parts = o.real() ? 1 : 2;
+  log_lambda = register_parameter("log_lambda", torch::empty({C, parts}));
+  if (o.alpha()) log_alpha = register_parameter("log_alpha", torch::empty({C, parts}));
+  if (o.beta()) log_beta = register_parameter("log_beta", torch::empty({C, parts}));
   if (o.shortcut() != CESShortcut::none)
     omega = register_parameter("omega", torch::empty({o.channels()}));
   reset_parameters();
@@ -62,14 +64,17 @@ void CESImpl::reset_parameters() {
   const at::Tensor u1 = at::rand({C}, opt), u2 = at::rand({C}, opt);
   const at::Tensor nu =
       -0.5 * at::log(u1 * (o.r_max() * o.r_max() - o.r_min() * o.r_min()) + o.r_min() * o.r_min());
-  const at::Tensor theta = o.max_phase() * u2;
-  // lambda' = log(log lambda) = log(-nu + i theta): modulus and argument.
+  const at::Tensor theta = o.real() ? at::zeros_like(u2) : o.max_phase() * u2;
+  // lambda' = log(log lambda) = log(-nu + i theta): modulus and argument (the argument is pi
+  // for a real lambda, fixed in coefficients()).
   log_lambda.select(1, 0).copy_(0.5 * at::log(nu * nu + theta * theta));
-  log_lambda.select(1, 1).copy_(at::atan2(theta, -nu));
+  if (!o.real()) log_lambda.select(1, 1).copy_(at::atan2(theta, -nu));
+  // Drawn even when unused, so that the other parameters get the same values with and
+  // without an ablation.
   const at::Tensor log_dt = std::log(o.dt_min()) +
                             at::rand({C}, opt) * (std::log(o.dt_max()) - std::log(o.dt_min()));
-  log_alpha.copy_(log_dt.unsqueeze(1).expand({C, 2}));
-  log_beta.normal_(0.0, 0.2);
+  if (log_alpha.defined()) log_alpha.copy_(log_dt.unsqueeze(1).expand_as(log_alpha));
+  if (log_beta.defined()) log_beta.normal_(0.0, 0.2);
   if (omega.defined()) omega.normal_(0.0, 1.0);
 }
 
@@ -77,12 +82,28 @@ void CESImpl::pretty_print(std::ostream& stream) const {
   stream << "seqmix::nn::CES(channels=" << options.channels()
          << ", bidirectional=" << options.bidirectional() << ", max_lambda=" << options.max_lambda()
          << ", shortcut=" << to_string(options.shortcut()) << ", normalize=" << options.normalize()
+         << ", alpha=" << options.alpha() << ", beta=" << options.beta()
+         << ", real=" << options.real()
          << ", backend=" << ops::to_string(options.backend()) << ")";
 }
 
 ops::CESCoefficients CESImpl::coefficients() const {
-  return ops::ces_coefficients(log_lambda, log_alpha, log_beta, options.max_lambda(),
-                               options.normalize());
+  // The ablations as [C, 2] parameters of ces_coefficients: a real parameter gets the
+  // imaginary part that keeps its number real (lambda' = log(log lambda) has argument pi for
+  // lambda in (0, 1); alpha = e^{a0} + i e^{a1} needs e^{a1} = 0; beta = e^{b0 + i b1} needs
+  // b1 = 0); an absent alpha or beta is the constant 1.
+  const double inf = std::numeric_limits<double>::infinity();
+  auto complete = [&](const at::Tensor& p, double imaginary) {
+    return options.real() ? at::cat({p, at::full_like(p, imaginary)}, 1) : p;
+  };
+  const auto C = log_lambda.size(0);
+  const at::Tensor one = at::tensor({0.0, -inf}, log_lambda.options().requires_grad(false))
+                             .expand({C, 2});  // alpha = 1
+  const at::Tensor ll = complete(log_lambda, M_PI);
+  const at::Tensor la = log_alpha.defined() ? complete(log_alpha, -inf) : one;
+  const at::Tensor lb = log_beta.defined() ? complete(log_beta, 0.0)
+                                           : at::zeros({C, 2}, log_lambda.options());
+  return ops::ces_coefficients(ll, la, lb, options.max_lambda(), options.normalize());
 }
 
 at::Tensor CESImpl::shortcut(const at::Tensor& x) const {

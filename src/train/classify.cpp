@@ -54,6 +54,8 @@ data::TaskSpec task_spec(const RunConfig& config) {
   spec.valid = d.valid_examples;
   spec.test = d.test_examples;
   spec.max_len = config.model.max_len;
+  spec.pathfinder_dashes = static_cast<int32_t>(d.pathfinder_dashes);
+  spec.pathfinder_distractors = static_cast<int32_t>(d.pathfinder_distractors);
   return spec;
 }
 

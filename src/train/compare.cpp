@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "seqmix/dist/process_group.h"
 #include "seqmix/train/checkpoint.h"
@@ -152,6 +153,9 @@ std::vector<RunConfig> resolve_compare(const CompareOptions& o) {
   if (!o.config_path.empty()) util::check_path_text(o.config_path, "compare: --config");
   if (o.models.empty()) throw std::runtime_error("compare: no models given (--run NAME=PRESET)");
   if (o.bucket < 0) throw std::runtime_error("compare: --bucket must be >= 1 (or 0: automatic)");
+  if (o.seeds < 1 || o.seeds > CompareOptions::kMaxSeeds)
+    throw std::runtime_error(fmt::format("compare: --seeds must be in [1, {}], got {}",
+                                         CompareOptions::kMaxSeeds, o.seeds));
   std::set<std::string> names;
   std::vector<RunConfig> configs;
   for (const auto& m : o.models) {
@@ -181,8 +185,10 @@ std::vector<RunConfig> resolve_compare(const CompareOptions& o) {
   return configs;
 }
 
-CompareResult compare(const CompareOptions& o) {
-  const std::vector<RunConfig> configs = resolve_compare(o);
+namespace {
+
+// One seed's comparison: every model trained (or reused) in <out_dir>/<name>, the plot drawn.
+CompareResult compare_one(const CompareOptions& o, const std::vector<RunConfig>& configs) {
   const int64_t max_steps = configs.front().train.max_steps;
   const int64_t bucket = compare_bucket(o.bucket, max_steps);
   if (o.bucket == 0)
@@ -221,6 +227,7 @@ CompareResult compare(const CompareOptions& o) {
     row.name = m.name;
     row.preset = config.model.preset;
     row.parameters = config.model.num_parameters();
+    row.seed = config.train.seed;
     nlohmann::json final_eval;
     // Rank 0's folder decides whether a model is trained, resumed or reused.
     bool reuse = writer && finished_run(dir, config, final_eval);
@@ -261,8 +268,14 @@ CompareResult compare(const CompareOptions& o) {
     const auto lines = read_metrics((dir / "metrics.jsonl").string());
     const std::string held_out_name = held_out_split(lines);
     for (const auto& line : lines) {
-      if (!held_out_name.empty() && evaluation_split(line) == held_out_name)
-        held_out[i].push_back(line);
+      const std::string split = evaluation_split(line);
+      if (!held_out_name.empty() && split == held_out_name) held_out[i].push_back(line);
+      double accuracy;
+      if (line.value("final", false) && finite_number(line, "accuracy", accuracy)) {
+        if (split == held_out_name) row.eval_accuracy = accuracy;
+        if (split == "test") row.test_accuracy = accuracy;
+        if (split == "train_eval") row.train_accuracy = accuracy;
+      }
       if (!is_training_line(line)) continue;
       double cost;
       if (!finite_number(line, "loss", cost)) continue;  // a skipped non-finite step
@@ -290,18 +303,8 @@ CompareResult compare(const CompareOptions& o) {
     }
     buckets_dat << "\n\n";
     batches_dat << "\n\n";
-    summary << nlohmann::json{{"name", row.name},
-                              {"preset", row.preset},
-                              {"parameters", row.parameters},
-                              {"steps", row.steps},
-                              {"train_loss", row.train_loss},
-                              {"loss", row.eval_loss},
-                              {"perplexity", row.eval_perplexity},
-                              {"bpc", row.eval_bpc},
-                              {"seconds", row.seconds},
-                              {"reused", row.reused}}
-                   .dump()
-            << '\n';
+    row.classifier = !config.data.task.empty();
+    summary << nlohmann::json(row).dump() << '\n';
     result.rows.push_back(row);
   }
 
@@ -434,6 +437,180 @@ CompareResult compare(const CompareOptions& o) {
                              (out / "compare.gp").string() + "'");
   }
   result.plot = (out / "compare.png").string();
+  return result;
+}
+
+// The figure the seeds are compared on, and whether higher is better.
+std::pair<std::string, bool> seed_metric(const CompareRow& row) {
+  if (row.classifier) return {"test_accuracy", true};
+  if (row.eval_bpc > 0) return {"bpc", false};
+  return {"loss", false};
+}
+
+double seed_figure(const CompareRow& row, const std::string& metric) {
+  if (metric == "test_accuracy") return row.test_accuracy;
+  if (metric == "bpc") return row.eval_bpc;
+  return row.eval_loss;
+}
+
+// seeds.png: each model's figure per seed (points) and mean +- sd (error bar).
+void plot_seeds(const fs::path& out, const std::vector<SeedSummary>& summaries) {
+  const bool accuracy = summaries.front().metric == "test_accuracy";
+  const double scale = accuracy ? 100.0 : 1.0;
+  std::ostringstream dat;
+  dat << "# model_index mean sd (" << summaries.front().metric
+      << (accuracy ? ", percent" : "") << "), then one line per seed: model_index value\n";
+  for (size_t i = 0; i < summaries.size(); ++i)
+    dat << i << ' ' << summaries[i].mean * scale << ' ' << summaries[i].sd * scale << '\n';
+  dat << "\n\n";
+  for (size_t i = 0; i < summaries.size(); ++i)
+    for (const double v : summaries[i].values) dat << i << ' ' << v * scale << '\n';
+  std::ostringstream gp;
+  gp << "# seqmix compare: held-out figure per model over seeds; run in the folder: "
+        "gnuplot seeds.gp\n"
+     << gnuplot_terminal("seeds.png", 960, 600) << "set output 'seeds.png'\n"
+     << "set title "
+     << gnuplot_string(fmt::format("{} over {} seeds: each seed (dots), mean +- sd (bars)",
+                                   summaries.front().metric, summaries.front().values.size()))
+     << "\nset ylabel "
+     << gnuplot_string(accuracy ? "test accuracy (%)"
+                                : summaries.front().metric == "bpc" ? "held-out bpc"
+                                                                     : "held-out loss (nats)")
+     << "\nset grid ytics\nset xrange [-0.5:" << static_cast<double>(summaries.size()) - 0.5
+     << "]\nset xtics (";
+  for (size_t i = 0; i < summaries.size(); ++i)
+    gp << (i ? ", " : "") << gnuplot_string(summaries[i].name) << ' ' << i;
+  gp << ")\nset key off\n"
+     << "plot 'seeds.dat' index 0 using 1:2:3 with yerrorbars lc rgb '#1f77b4' lw 2 pt 7 "
+        "ps 1.5, \\\n"
+     << "  'seeds.dat' index 1 using 1:2 with points lc rgb '#d62728' pt 6 ps 1.2\n";
+  util::write_file_atomic((out / "seeds.dat").string(), dat.str());
+  util::write_file_atomic((out / "seeds.gp").string(), gp.str());
+  GnuplotJob job;
+  job.script = gp.str();
+  job.output = "seeds.png";
+  job.files = {{"seeds.dat", dat.str()}};
+  try {
+    run_gnuplot(job, (out / "seeds.png").string());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("compare: " + std::string(e.what()) +
+                             "; the runs, summary.jsonl and pairs.jsonl are written, the plot "
+                             "script is '" + (out / "seeds.gp").string() + "'");
+  }
+}
+
+}  // namespace
+
+std::pair<double, double> mean_sd(const std::vector<double>& values) {
+  if (values.empty()) throw std::invalid_argument("mean_sd: no values");
+  const auto n = static_cast<double>(values.size());
+  double mean = 0;
+  for (const double v : values) mean += v / n;
+  if (values.size() == 1) return {mean, 0.0};
+  double ss = 0;
+  for (const double v : values) ss += (v - mean) * (v - mean);
+  return {mean, std::sqrt(ss / (n - 1))};
+}
+
+SeedPair seed_verdict(const SeedSummary& a, const SeedSummary& b) {
+  SeedPair p;
+  p.a = a.name;
+  p.b = b.name;
+  p.gap = a.mean - b.mean;
+  if (a.values.size() < 2 || b.values.size() < 2) {
+    p.verdict = "undecided";
+    return p;
+  }
+  p.se = std::sqrt(a.sd * a.sd / static_cast<double>(a.values.size()) +
+                   b.sd * b.sd / static_cast<double>(b.values.size()));
+  // A gap of exactly zero with zero spread is a tie too (|0| < 3 * 0 is false).
+  if (std::abs(p.gap) < 3 * p.se || p.gap == 0) {
+    p.verdict = "tie";
+  } else {
+    const bool a_higher = p.gap > 0;
+    p.verdict = a_higher == a.higher_is_better ? "a" : "b";
+  }
+  return p;
+}
+
+void to_json(nlohmann::json& j, const CompareRow& row) {
+  j = nlohmann::json{{"name", row.name},           {"preset", row.preset},
+                     {"parameters", row.parameters}, {"seed", row.seed},
+                     {"steps", row.steps},         {"train_loss", row.train_loss},
+                     {"loss", row.eval_loss},      {"perplexity", row.eval_perplexity},
+                     {"bpc", row.eval_bpc},        {"seconds", row.seconds},
+                     {"reused", row.reused}};
+  if (row.classifier) {
+    j["accuracy"] = row.eval_accuracy;
+    j["test_accuracy"] = row.test_accuracy;
+    j["train_accuracy"] = row.train_accuracy;
+  }
+}
+
+void to_json(nlohmann::json& j, const SeedSummary& s) {
+  j = nlohmann::json{{"name", s.name},     {"preset", s.preset}, {"parameters", s.parameters},
+                     {"metric", s.metric}, {"seeds", s.seeds},   {"values", s.values},
+                     {"mean", s.mean},     {"sd", s.sd}};
+}
+
+void to_json(nlohmann::json& j, const SeedPair& p) {
+  j = nlohmann::json{{"a", p.a}, {"b", p.b}, {"gap", p.gap}, {"se", p.se},
+                     {"verdict", p.verdict}};
+}
+
+CompareResult compare(const CompareOptions& o) {
+  const std::vector<RunConfig> configs = resolve_compare(o);
+  if (o.seeds == 1) return compare_one(o, configs);
+  // Every seed's configurations are resolved (so checked) before any model trains.
+  const int64_t first_seed = configs.front().train.seed;
+  std::vector<CompareOptions> per_seed;
+  std::vector<std::vector<RunConfig>> per_seed_configs;
+  for (int64_t k = 0; k < o.seeds; ++k) {
+    CompareOptions so = o;
+    so.seeds = 1;
+    so.out_dir = (fs::path(o.out_dir) / ("seed-" + std::to_string(first_seed + k))).string();
+    so.shared_overrides.push_back("train.seed=" + std::to_string(first_seed + k));
+    per_seed_configs.push_back(resolve_compare(so));
+    per_seed.push_back(std::move(so));
+  }
+  CompareResult result;
+  for (size_t k = 0; k < per_seed.size(); ++k) {
+    if (!o.group || o.group->rank() == 0)
+      fmt::print(stderr, "compare: seed {} ({} / {}) into '{}'\n", first_seed + int64_t(k),
+                 k + 1, per_seed.size(), per_seed[k].out_dir);
+    const CompareResult r = compare_one(per_seed[k], per_seed_configs[k]);
+    result.rows.insert(result.rows.end(), r.rows.begin(), r.rows.end());
+  }
+  if (o.group && o.group->rank() != 0) return result;
+
+  const size_t n_models = o.models.size();
+  for (size_t i = 0; i < n_models; ++i) {
+    SeedSummary s;
+    const CompareRow& first = result.rows[i];
+    s.name = first.name;
+    s.preset = first.preset;
+    s.parameters = first.parameters;
+    std::tie(s.metric, s.higher_is_better) = seed_metric(first);
+    for (size_t k = 0; k < per_seed.size(); ++k) {
+      const CompareRow& row = result.rows[k * n_models + i];
+      s.seeds.push_back(row.seed);
+      s.values.push_back(seed_figure(row, s.metric));
+    }
+    std::tie(s.mean, s.sd) = mean_sd(s.values);
+    result.summaries.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < n_models; ++i)
+    for (size_t j = i + 1; j < n_models; ++j)
+      result.pairs.push_back(seed_verdict(result.summaries[i], result.summaries[j]));
+
+  const fs::path out = fs::absolute(o.out_dir);
+  std::string summary, pairs;
+  for (const auto& s : result.summaries) summary += nlohmann::json(s).dump() + "\n";
+  for (const auto& p : result.pairs) pairs += nlohmann::json(p).dump() + "\n";
+  util::write_file_atomic((out / "summary.jsonl").string(), summary);
+  util::write_file_atomic((out / "pairs.jsonl").string(), pairs);
+  plot_seeds(out, result.summaries);
+  result.plot = (out / "seeds.png").string();
   return result;
 }
 

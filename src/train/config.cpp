@@ -51,6 +51,10 @@ const std::vector<Field<DataConfig>>& data_fields() {
       {"test_examples", &D::test_examples, "examples (0: the task's default)", {}, true},
       {"pad_to_multiple", &D::pad_to_multiple, "task batches padded to a multiple of this",
        {}, true},
+      {"pathfinder_dashes", &D::pathfinder_dashes,
+       "dashes per Pathfinder path (0: 14 at 32 px, LRA's hard set)", {}, true},
+      {"pathfinder_distractors", &D::pathfinder_distractors,
+       "Pathfinder distractor paths (-1: the default, 5 at 32 px)", {}, true},
   };
   return f;
 }
@@ -537,6 +541,22 @@ void RunConfig::validate() const {
   at_least("data.train_examples", d.train_examples, 0, " (0: the task's default)");
   at_least("data.valid_examples", d.valid_examples, 0, " (0: the task's default)");
   at_least("data.test_examples", d.test_examples, 0, " (0: the task's default)");
+  if (d.pathfinder_dashes != 0 && (d.pathfinder_dashes < 2 ||
+                                   d.pathfinder_dashes > DataConfig::kMaxPathfinderDashes))
+    fail("data.pathfinder_dashes",
+         "must be 0 (the default) or in [2, " +
+             std::to_string(DataConfig::kMaxPathfinderDashes) + "], got " +
+             std::to_string(d.pathfinder_dashes));
+  if (d.pathfinder_distractors < -1 ||
+      d.pathfinder_distractors > DataConfig::kMaxPathfinderDistractors)
+    fail("data.pathfinder_distractors",
+         "must be -1 (the default) or in [0, " +
+             std::to_string(DataConfig::kMaxPathfinderDistractors) + "], got " +
+             std::to_string(d.pathfinder_distractors));
+  if ((d.pathfinder_dashes != 0 || d.pathfinder_distractors != -1) && d.task != "pathfinder" &&
+      d.task != "pathx")
+    fail(d.pathfinder_dashes != 0 ? "data.pathfinder_dashes" : "data.pathfinder_distractors",
+         "applies only to the pathfinder and pathx tasks, and data.task is '" + d.task + "'");
   if (!d.task.empty()) {
     const data::TaskInfo* info = nullptr;
     try {

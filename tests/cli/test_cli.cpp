@@ -206,7 +206,7 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   const std::string dir = seqmix::testing::temp_dir("cli-compare");
   const std::string data = corpus(dir);
   auto r = run("compare --out " + dir + "/cmp --data " + data +
-               " --size tiny --max-len 16 --batch-size 2 --max-steps 4 --threads 1 --bucket 2 "
+               " --size tiny --max-len 16 --batch-size 2 --max-steps 4 --threads 1 --bucket 2 --seeds 1 "
                "--run 'ext=extractor-transformer' --run 'ext-plain=extractor-transformer "
                "model.extractor.adjust=false model.extractor.out_proj=false'");
   ASSERT_EQ(r.code, 0) << r.output;

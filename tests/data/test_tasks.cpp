@@ -175,6 +175,13 @@ TEST(Tasks, ConfigErrorsNameTheKey) {
   expect_error({"data.task=listops", "model.size=mini"}, "unknown task size 'mini'");
   expect_error({"model.n_classes=4"}, "model.n_classes: a classification head needs a task");
   expect_error({"data.task=image", "data.train_examples=-1"}, "data.train_examples");
+  expect_error({"data.task=pathfinder", "data.pathfinder_dashes=1"},
+               "data.pathfinder_dashes: must be 0 (the default) or in [2, 20], got 1");
+  expect_error({"data.task=pathfinder", "data.pathfinder_distractors=21"},
+               "data.pathfinder_distractors: must be -1 (the default) or in [0, 20], got 21");
+  expect_error({"data.task=listops", "data.pathfinder_distractors=2"},
+               "data.pathfinder_distractors: applies only to the pathfinder and pathx tasks, "
+               "and data.task is 'listops'");
   try {
     train::make_task_config("extractor-transformer", "text", "paper");
     FAIL() << "no error";
@@ -241,4 +248,35 @@ TEST(Tasks, StoppedAndResumedClassifierRunIsTheWholeRun) {
     return v;
   };
   EXPECT_EQ(losses(full.out_dir + "/metrics.jsonl"), losses(part.out_dir + "/metrics.jsonl"));
+}
+
+// Pathfinder's difficulty keys reach the generator: shorter paths and no distractors draw
+// other images (fewer ink pixels), and the description says which setting it is.
+TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
+  data::TaskSpec spec;
+  spec.name = "pathfinder";
+  spec.train = 4;
+  spec.valid = 2;
+  spec.test = 2;
+  const auto hard = data::load_task(spec);
+  spec.pathfinder_dashes = 6;
+  spec.pathfinder_distractors = 0;
+  const auto easy = data::load_task(spec);
+  EXPECT_NE(hard.description.find("14 dashes per path, 5 distractors"), std::string::npos)
+      << hard.description;
+  EXPECT_NE(easy.description.find("6 dashes per path, 0 distractors"), std::string::npos)
+      << easy.description;
+  auto ink = [](const data::TaskData& d) {
+    int64_t n = 0;
+    for (const auto& e : d.splits.train)
+      for (const int32_t t : e.tokens) n += t > 0;
+    return n;
+  };
+  EXPECT_LT(ink(easy), ink(hard) / 2);
+  // Through the configuration, as `--set data.pathfinder_dashes=6` gives it.
+  const auto config = train::resolve_config(
+      "", {"data.task=pathfinder", "data.pathfinder_dashes=6", "data.pathfinder_distractors=0"});
+  const auto from_config = train::task_spec(config);
+  EXPECT_EQ(from_config.pathfinder_dashes, 6);
+  EXPECT_EQ(from_config.pathfinder_distractors, 0);
 }

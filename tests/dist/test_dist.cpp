@@ -202,7 +202,7 @@ TEST_F(Dist, TwoWorkersTrainTheClassifierOneWorkerTrains) {
 TEST_F(Dist, CompareTrainsEveryModelDistributed) {
   const std::string f = "--data " + corpus +
                         " --size tiny --max-len 16 --batch-size 4 --max-steps 6 --threads 1 "
-                        "--bucket 2 --run 'aib=weird-net model.dropout=0' --run "
+                        "--bucket 2 --seeds 1 --run 'aib=weird-net model.dropout=0' --run "
                         "'tf=transformer model.dropout=0'";
   auto one = run_cli("compare --out " + dir + "/one " + f);
   ASSERT_EQ(one.code, 0) << one.output;

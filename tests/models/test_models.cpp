@@ -19,6 +19,18 @@ TEST(Presets, ParameterCountFormulaMatchesTheBuiltModel) {
       EXPECT_EQ(n, cfg.num_parameters()) << family << " " << size;
     }
   }
+  // ETSMLP's ablations (etsmlp Table 3) change the CES parameters.
+  for (const char* family : {"etsmlp", "etsmlp-lm"})
+    for (int ablation = 0; ablation < 3; ++ablation) {
+      auto cfg = models::make_model_config(family, "tiny");
+      (ablation == 0 ? cfg.ces.alpha : ablation == 1 ? cfg.ces.beta : cfg.ces.real) =
+          ablation == 2;
+      models::SequenceModel m(cfg);
+      int64_t n = 0;
+      for (const auto& p : m->parameters()) n += p.numel();
+      EXPECT_EQ(n, cfg.num_parameters()) << family << " ablation " << ablation;
+      EXPECT_LT(n, models::make_model_config(family, "tiny").num_parameters());
+    }
   auto cfg = models::make_model_config("transformer", "tiny");
   cfg.tie_embeddings = false;
   cfg.aib.weights = "ones";

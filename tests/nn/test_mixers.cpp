@@ -295,6 +295,56 @@ TEST(CES, CloneComputesTheSameWithParametersOfItsOwn) {
   expect_independent(*ces, *copy);
 }
 
+// etsmlp Table 3's ablations: which parameters exist, and what the fixed ones are.
+TEST(CES, AblationsFixAlphaBetaOrTheImaginaryParts) {
+  const int64_t H = 8;
+  for (const bool alpha : {true, false})
+    for (const bool beta : {true, false})
+      for (const bool real : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "alpha " << alpha << " beta " << beta << " real "
+                                          << real);
+        torch::manual_seed(5);
+        nn::CES ces(nn::CESOptions(H).alpha(alpha).beta(beta).real(real));
+        const int64_t parts = real ? 2 - 1 : 2;
+        EXPECT_EQ(ces->log_lambda.sizes(), (std::vector<int64_t>{H, parts}));
+        EXPECT_EQ(ces->log_alpha.defined(), alpha);
+        EXPECT_EQ(ces->log_beta.defined(), beta);
+        int64_t n = 0;
+        for (const auto& p : ces->parameters()) n += p.numel();
+        EXPECT_EQ(n, (1 + alpha + beta) * parts * H + H) << "lambda, alpha, beta and omega";
+        const auto k = ces->coefficients();
+        const at::Tensor mur = k.mu.select(1, 0), mui = k.mu.select(1, 1);
+        if (real) {
+          // Real lambda in (0, 1) and real alpha: mu real (to sin(pi) in float32).
+          EXPECT_LT(mui.abs().max().item<double>(), 1e-6);
+          EXPECT_GT(mur.min().item<double>(), 0.0);
+        } else {
+          EXPECT_GT(mui.abs().max().item<double>(), 1e-2);
+        }
+        if (!alpha) {
+          // alpha = 1: q = log(lambda) = exp(lambda'), bounded as eq. 12 says.
+          const at::Tensor ll = real ? at::cat({ces->log_lambda, at::full({H, 1}, M_PI)}, 1)
+                                     : ces->log_lambda;
+          const at::Tensor qr = at::exp(ll.select(1, 0)) * at::cos(ll.select(1, 1));
+          EXPECT_TRUE(at::allclose(k.q.select(1, 0), at::clamp_max(qr, std::log(0.9999)),
+                                   1e-6, 1e-6));
+        }
+        if (!beta) {
+          // beta = 1: c = 1 - mu.
+          EXPECT_TRUE(at::allclose(k.c.select(1, 0), 1 - mur, 1e-6, 1e-7));
+          EXPECT_TRUE(at::allclose(k.c.select(1, 1), -mui, 1e-6, 1e-7));
+        }
+        // Every parameter that exists learns, and nothing is NaN.
+        at::Tensor y = ces(at::randn({2, 12, H}));
+        y.pow(2).sum().backward();
+        for (const auto& p : ces->parameters()) {
+          ASSERT_TRUE(p.grad().defined());
+          EXPECT_TRUE(at::isfinite(p.grad()).all().item<bool>());
+          EXPECT_GT(p.grad().abs().sum().item<double>(), 0.0);
+        }
+      }
+}
+
 // A block's mixer comes from outside; its clone gets a mixer of its own, and the norms'
 // buffers (BatchNorm's running statistics) come along.
 TEST(Block, CloneCopiesTheMixerTheFfnAndTheNorms) {

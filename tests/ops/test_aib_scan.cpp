@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "../src/ops/cpu/aib_scan_kernel.h"
+#include "seqmix/bench/ops_bench.h"
 #include "seqmix/ops/aib_scan.h"
 #include "support/gradcheck.h"
 #include "support/op_check.h"
@@ -260,3 +261,26 @@ TEST(AIBScan, RejectsBadShapesWithClearMessages) {
 }
 
 }  // namespace
+
+// aib-net Fig. 3's two prefix-sum algorithms (bench rows prefix_sum_a / prefix_sum_b): both
+// are the inclusive prefix sum, forward and backward, at lengths around powers of two.
+TEST(AIBPrefixSumAlgorithms, SequentialAndLogDepthAreTheInclusivePrefixSum) {
+  torch::manual_seed(3);
+  for (const int64_t L : {1, 2, 5, 8, 9, 33}) {
+    SCOPED_TRACE(L);
+    const at::Tensor x = at::randn({2, L, 3}, at::kDouble);
+    const at::Tensor g = at::randn({2, L, 3}, at::kDouble);
+    const at::Tensor want = at::cumsum(x, 1);
+    // d/dx of sum(g * cumsum(x)) is the suffix sum of g.
+    const at::Tensor want_grad = at::flip(at::cumsum(at::flip(g, {1}), 1), {1});
+    for (auto f : {&seqmix::bench::prefix_sum_sequential, &seqmix::bench::prefix_sum_logdepth}) {
+      const at::Tensor xi = x.clone().requires_grad_(true);
+      const at::Tensor y = f(xi);
+      EXPECT_TRUE(at::allclose(y, want, 1e-12, 1e-12));
+      (y * g).sum().backward();
+      EXPECT_TRUE(at::allclose(xi.grad(), want_grad, 1e-12, 1e-12));
+    }
+  }
+  EXPECT_THROW(seqmix::bench::prefix_sum_sequential(at::zeros({4, 4})), std::invalid_argument);
+  EXPECT_THROW(seqmix::bench::prefix_sum_logdepth(at::zeros({4})), std::invalid_argument);
+}

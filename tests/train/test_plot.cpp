@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "seqmix/train/compare.h"
@@ -396,7 +398,90 @@ train::CompareOptions tiny_compare(const std::string& dir, const std::string& ou
                         "train.checkpoint_interval=0"};
   o.models = {train::parse_compare_model("a=transformer"),
               train::parse_compare_model("b=weird-net-a")};
+  o.seeds = 1;
   return o;
+}
+
+TEST(Compare, MeanSdAndVerdictsCallAGapUnderThreeStandardErrorsATie) {
+  EXPECT_EQ(train::mean_sd({2.0}), std::make_pair(2.0, 0.0));
+  const auto [m, sd] = train::mean_sd({1.0, 2.0, 3.0, 6.0});
+  EXPECT_DOUBLE_EQ(m, 3.0);
+  EXPECT_DOUBLE_EQ(sd, std::sqrt(14.0 / 3.0));  // sample sd, divisor n - 1
+  EXPECT_THROW(train::mean_sd({}), std::invalid_argument);
+
+  auto summary = [](const std::string& name, std::vector<double> v, bool higher) {
+    train::SeedSummary s;
+    s.name = name;
+    s.values = std::move(v);
+    s.higher_is_better = higher;
+    std::tie(s.mean, s.sd) = train::mean_sd(s.values);
+    return s;
+  };
+  // se = sqrt(0.01^2 / 3 + 0.01^2 / 3) = 0.00816; a gap of 0.02 is 2.45 se: a tie.
+  auto a = summary("a", {0.50, 0.51, 0.52}, true), b = summary("b", {0.48, 0.49, 0.50}, true);
+  auto p = train::seed_verdict(a, b);
+  EXPECT_NEAR(p.gap, 0.02, 1e-12);
+  EXPECT_NEAR(p.se, std::sqrt(2 * 1e-4 / 3), 1e-12);
+  EXPECT_EQ(p.verdict, "tie");
+  // A gap of 0.04 is 4.9 se: an ordering, in the direction the metric prefers.
+  b = summary("b", {0.46, 0.47, 0.48}, true);
+  EXPECT_EQ(train::seed_verdict(a, b).verdict, "a");
+  EXPECT_EQ(train::seed_verdict(b, a).verdict, "b") << "the second model of the pair, a";
+  a.higher_is_better = b.higher_is_better = false;  // bpc: lower is better
+  EXPECT_EQ(train::seed_verdict(a, b).verdict, "b");
+  // One seed: no standard error, so no ordering however large the gap.
+  EXPECT_EQ(train::seed_verdict(summary("a", {0.9}, true), summary("b", {0.1}, true)).verdict,
+            "undecided");
+  // Equal constants: a tie, not an ordering by a zero standard error.
+  EXPECT_EQ(train::seed_verdict(summary("a", {1, 1}, true), summary("b", {1, 1}, true)).verdict,
+            "tie");
+}
+
+TEST(Compare, SeveralSeedsGiveMeanSdAndAVerdictPerPair) {
+  const std::string dir = seqmix::testing::temp_dir("compare-seeds");
+  auto o = tiny_compare(dir, dir + "/out");
+  o.seeds = 2;
+  o.shared_overrides.push_back("train.seed=7");
+  const auto r = train::compare(o);
+  // Seeds 7 and 8, each a whole comparison in its own folder, on its own batches.
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_EQ(r.rows[0].seed, 7);
+  EXPECT_EQ(r.rows[3].seed, 8);
+  for (const char* run : {"seed-7/a", "seed-7/b", "seed-8/a", "seed-8/b"})
+    EXPECT_TRUE(fs::exists(dir + "/out/" + run + "/checkpoint.pt")) << run;
+  EXPECT_NE(r.rows[0].eval_bpc, r.rows[2].eval_bpc) << "another seed, another run";
+  ASSERT_EQ(r.summaries.size(), 2u);
+  const auto& a = r.summaries[0];
+  EXPECT_EQ(a.metric, "bpc");
+  EXPECT_FALSE(a.higher_is_better);
+  EXPECT_EQ(a.seeds, (std::vector<int64_t>{7, 8}));
+  ASSERT_EQ(a.values.size(), 2u);
+  EXPECT_DOUBLE_EQ(a.values[0], r.rows[0].eval_bpc);
+  EXPECT_DOUBLE_EQ(a.values[1], r.rows[2].eval_bpc);
+  EXPECT_DOUBLE_EQ(a.mean, (a.values[0] + a.values[1]) / 2);
+  EXPECT_NEAR(a.sd, std::abs(a.values[0] - a.values[1]) / std::sqrt(2.0), 1e-12);
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_EQ(r.pairs[0].verdict, train::seed_verdict(r.summaries[0], r.summaries[1]).verdict);
+  const auto summary = train::read_metrics(dir + "/out/summary.jsonl");
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_EQ(summary[1]["name"], "b");
+  EXPECT_EQ(summary[1]["values"].size(), 2u);
+  const auto pairs = train::read_metrics(dir + "/out/pairs.jsonl");
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0]["verdict"], r.pairs[0].verdict);
+  EXPECT_EQ(r.plot, fs::absolute(dir + "/out/seeds.png").string());
+  EXPECT_TRUE(is_png(r.plot));
+  // Run again: every run is reused, the same figures come back.
+  const auto again = train::compare(o);
+  EXPECT_TRUE(again.rows[3].reused);
+  EXPECT_DOUBLE_EQ(again.summaries[1].mean, r.summaries[1].mean);
+
+  o.seeds = 0;
+  EXPECT_EQ(error_of([&] { train::resolve_compare(o); }),
+            "compare: --seeds must be in [1, 100], got 0");
+  o.seeds = 101;
+  EXPECT_EQ(error_of([&] { train::resolve_compare(o); }),
+            "compare: --seeds must be in [1, 100], got 101");
 }
 
 TEST(Compare, RefusesControlCharactersBeforeCreatingAnything) {
@@ -481,7 +566,8 @@ TEST(Compare, ScriptNamesNoPathTwoPanelsAndFailingGnuplotFails) {
 // The command line
 
 const std::string kTiny =
-    " --size tiny --max-len 16 --batch-size 2 --max-steps 3 --threads 1 --run 'a=transformer'";
+    " --size tiny --max-len 16 --batch-size 2 --max-steps 3 --threads 1 --seeds 1"
+    " --run 'a=transformer'";
 
 TEST(CliCompare, OutWithANewlineIsRefusedAndRunsNothing) {
   const std::string dir = seqmix::testing::temp_dir("cli-compare-newline");

@@ -23,9 +23,17 @@
 ///                      kernel, matmul + softmax and at::_scaled_dot_product_attention;
 ///     extractor_fast   nn::Extractor (extractor eqs. 18-20, l = the longest L) on the FFT path;
 ///     extractor_reference  the same layer on the literal per-lag sum.
+///     prefix_sum_a / prefix_sum_b  aib-net Fig. 3: O = H / U with E = exp(A), H and U the
+///                      plain prefix sums of E * V and E (eqs. 13-17), computed by
+///                      Algorithm A (eqs. 18-23, L - 1 sequential steps: prefix_sum_sequential)
+///                      or Algorithm B (eqs. 24-27, ceil(log2 L) shifted adds:
+///                      prefix_sum_logdepth), in ATen ops with autograd as the paper's
+///                      PyTorch code would; speed and memory only.
 /// plus a STREAM-triad bandwidth (a = b + s c over 3 x 128 MiB float arrays, best of 5) and
 /// the AIB kernel's achieved forward bandwidth on its minimal traffic (read A and V, write O).
 /// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -61,6 +69,13 @@ struct OpsBenchOptions {
     o.ops = {"ces_scan_kernel", "ces_scan_reference"};
     return o;
   }
+
+  /// Defaults of `seqmix bench prefix`: aib-net Fig. 3, Algorithm A vs B.
+  static OpsBenchOptions prefix_defaults() {
+    OpsBenchOptions o;
+    o.ops = {"prefix_sum_a", "prefix_sum_b"};
+    return o;
+  }
 };
 
 /// Every name `ops` accepts (op rows, then layer rows), for help texts.
@@ -74,6 +89,16 @@ std::vector<std::string> ops_bench_names();
 ///         non-positive size.
 void run_ops_bench(const OpsBenchOptions& options,
                    const std::function<void(const nlohmann::json&)>& emit);
+
+/// Inclusive prefix sum of x [B, L, D] along L by aib-net's Algorithm A: h_1 = x_1,
+/// h_j = h_{j-1} + x_j, one ATen op per position (L - 1 adds, then a stack). Differentiable.
+/// @throws std::invalid_argument unless x is 3-D.
+at::Tensor prefix_sum_sequential(const at::Tensor& x);
+
+/// The same by Algorithm B: for s = 1, 2, 4, ... < L, h[s:] += h[:-s] (out of place, so
+/// autograd can differentiate it): ceil(log2 L) steps. @throws std::invalid_argument unless
+/// x is 3-D.
+at::Tensor prefix_sum_logdepth(const at::Tensor& x);
 
 /// STREAM triad bandwidth in GB/s (1e9 bytes/s, 12 bytes counted per float element).
 double stream_triad_gbps(int64_t elements = int64_t{32} << 20, int reps = 5);

@@ -48,6 +48,9 @@ struct TaskSpec {
   /// whole passages rather than the first part of longer ones; other tasks ignore it
   /// (longer examples are cut when batched).
   int64_t max_len = 0;
+  /// Pathfinder / Path-X only: dashes per target path (0: pathfinder_options' default) and
+  /// distractor paths (-1: the default).
+  int32_t pathfinder_dashes = 0, pathfinder_distractors = -1;
 };
 
 struct TaskData {

@@ -52,6 +52,9 @@ struct CESConfig {
   double max_phase = 6.283185307179586;   ///< radians
   double max_lambda = 0.9999;             ///< |mu| bound (eq. 12)
   std::string impl = "kernel";            ///< kernel (recurrence) | reference (FFT)
+  bool alpha = true;   ///< learned damping exponent alpha (false: Table 3's "No alpha")
+  bool beta = true;    ///< learned input factor beta (false: Table 3's "No beta")
+  bool real = false;   ///< real lambda, alpha, beta (Table 3's "Real")
   static const std::vector<util::Field<CESConfig>>& fields();
 };
 

@@ -49,11 +49,20 @@ struct CESOptions {
   TORCH_ARG(bool, normalize) = false;
   /// kernel (the recurrence, default) or the authors' FFT formulation.
   TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
+  /// The ablations of etsmlp Table 3. alpha = false: no damping exponent, mu = f(lambda)
+  /// (alpha fixed at 1, no log_alpha parameter). beta = false: no input factor, c = 1 - mu
+  /// (beta fixed at 1, no log_beta). real = true: lambda, alpha and beta real ("Real"): each
+  /// parameter keeps only its real part, [C, 1]; lambda is then in (0, 1) and its phase 0
+  /// (to float rounding: lambda' has imaginary part pi, whose sine is ~1e-16 in float64).
+  TORCH_ARG(bool, alpha) = true;
+  TORCH_ARG(bool, beta) = true;
+  TORCH_ARG(bool, real) = false;
 };
 
 /// Parameters (C = H, or 2 H when bidirectional; complex numbers as [C, 2]):
 /// `log_lambda` lambda' = log log lambda, `log_alpha` (alpha = e^{a0} + i e^{a1}),
-/// `log_beta` (beta = exp(b0 + i b1)), each [C, 2]; `omega` [H] (unless shortcut none).
+/// `log_beta` (beta = exp(b0 + i b1)), each [C, 2] ([C, 1] with real; log_alpha / log_beta
+/// undefined without alpha / beta); `omega` [H] (unless shortcut none).
 /// Init (the authors' "normal" version): ring lambda as above, log_alpha = log dt in both
 /// parts, log_beta ~ N(0, 0.2^2), omega ~ N(0, 1).
 /// Decoding state (causal only): s [B, H, 2], the complex smoothing state; a step is O(H).

@@ -18,6 +18,17 @@
 /// those data files, so `gnuplot compare.gp` in the folder redraws the picture) and
 /// compare.png.
 ///
+/// Seeds: with `seeds` = S > 1 the whole comparison runs S times, with train.seed = s0, s0 + 1,
+/// ..., s0 + S - 1 (s0 the resolved train.seed, 1337 unless set): the folder seed-<s>/ holds
+/// that seed's comparison as above (every model on that seed's batches, with that seed's
+/// initialisation). The top folder then holds summary.jsonl with one line per model: the
+/// held-out figure of every seed, their mean and sample standard deviation; pairs.jsonl with
+/// one line per pair of models: the gap between their means, its standard error and the
+/// verdict (seed_verdict); seeds.dat, seeds.gp and seeds.png (mean +- sd per model). The
+/// figure is test accuracy for classifiers (data.task), held-out bpc for language models
+/// (held-out loss when no bpc is reported). With S = 1 the folder is laid out as without
+/// seeds (<name>/ per model).
+///
 /// compare.png: top panel, the training cost of every batch (faint), and the quartile band and
 /// median of every bucket of batches per model; the y axis spans the buckets' quartiles, and
 /// when single batches lie beyond it a line on stderr says how many are clipped. Bottom panel:
@@ -27,7 +38,9 @@
 /// reaches its command language.
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "seqmix/train/config.h"
@@ -56,6 +69,9 @@ struct CompareOptions {
   std::vector<CompareModel> models;           ///< at least one
   /// Batches per median/quartile bucket; 0: compare_bucket picks it from train.max_steps.
   int64_t bucket = 0;
+  /// Training seeds per model (train.seed, train.seed + 1, ...), in [1, kMaxSeeds].
+  int64_t seeds = 3;
+  static constexpr int64_t kMaxSeeds = 100;
   int64_t report_interval = 100;              ///< steps between progress lines (non-TTY)
   /// Data-parallel: every model trains on all ranks of the group (trainer.h's
   /// TrainOptions::group); rank 0 alone writes the folder, summary.jsonl and the plot, and
@@ -72,15 +88,57 @@ struct CompareRow {
   double eval_loss = 0;        ///< held-out nats per token (whole split)
   double eval_perplexity = 0;  ///< exp(eval_loss)
   double eval_bpc = 0;         ///< held-out bits per byte of text
+  /// Classifiers (data.task): accuracies of the final evaluation, fractions in [0, 1].
+  double eval_accuracy = 0, test_accuracy = 0, train_accuracy = 0;
+  int64_t seed = 0;            ///< the run's train.seed
+  bool classifier = false;     ///< data.task is set: the accuracies are meaningful
   double seconds = 0;          ///< time spent in training steps (from the metrics file, so
                                ///< also for reused runs; evaluations excluded)
   bool reused = false;         ///< the run folder already held the finished run
 };
 
-struct CompareResult {
-  std::vector<CompareRow> rows;
-  std::string plot;  ///< path of compare.png
+/// One model's held-out figure over the seeds (a line of the top summary.jsonl).
+struct SeedSummary {
+  std::string name, preset;
+  int64_t parameters = 0;
+  std::string metric;          ///< "test_accuracy", "bpc" or "loss"
+  bool higher_is_better = false;
+  std::vector<int64_t> seeds;
+  std::vector<double> values;  ///< the figure of each seed, in `seeds` order
+  double mean = 0, sd = 0;     ///< sd: sample standard deviation (n - 1); 0 for one seed
 };
+
+/// Two models' figures compared (a line of pairs.jsonl): gap = mean(a) - mean(b), se its
+/// standard error sqrt(sd_a^2 / n_a + sd_b^2 / n_b).
+struct SeedPair {
+  std::string a, b;
+  double gap = 0, se = 0;
+  /// "a" or "b" (the better model) when |gap| >= 3 se and se > 0; "tie" when |gap| < 3 se;
+  /// "undecided" with one seed (no standard error to judge an ordering by).
+  std::string verdict;
+};
+
+struct CompareResult {
+  std::vector<CompareRow> rows;        ///< every model of every seed, seed by seed
+  std::vector<SeedSummary> summaries;  ///< per model (filled when seeds > 1)
+  std::vector<SeedPair> pairs;         ///< per pair of models (filled when seeds > 1)
+  std::string plot;  ///< path of compare.png (one seed) or seeds.png (several)
+};
+
+/// Mean and sample standard deviation (divisor n - 1; 0 for n = 1).
+/// @throws std::invalid_argument if `values` is empty.
+std::pair<double, double> mean_sd(const std::vector<double>& values);
+
+/// The verdict on two summaries: their gap, its standard error and "a" / "b" / "tie" /
+/// "undecided" as SeedPair says. A gap under three standard errors is never an ordering.
+SeedPair seed_verdict(const SeedSummary& a, const SeedSummary& b);
+
+/// JSON lines of summary.jsonl / pairs.jsonl (nlohmann's to_json, so `json j = row;`).
+/// A row's "loss", "perplexity", "bpc" are the held-out figures; a classifier's also carry
+/// "accuracy" (held-out), "test_accuracy" and "train_accuracy".
+void to_json(nlohmann::json& j, const CompareRow& row);
+void to_json(nlohmann::json& j, const SeedSummary& s);
+void to_json(nlohmann::json& j, const SeedPair& p);
 
 /// The bucket size compare uses: `bucket` if positive, else max(1, max_steps / 20) (twenty
 /// buckets over the run).

@@ -47,6 +47,12 @@ struct DataConfig {
   /// keeps the heap from fragmenting over a long run. Masks make the results independent
   /// of it. 1 = pad to the longest example only.
   int64_t pad_to_multiple = 64;
+  /// Pathfinder / Path-X difficulty (data/pathfinder.h): dashes per target path (0: the
+  /// resolution's default, LRA's "hard" 14 at 32 x 32; LRA's easier sets use 6 and 9) and
+  /// distractor paths (-1: the default, 5 at 32 x 32, 8 at 128 x 128). Other tasks refuse them.
+  int64_t pathfinder_dashes = 0;
+  int64_t pathfinder_distractors = -1;
+  static constexpr int64_t kMaxPathfinderDashes = 20, kMaxPathfinderDistractors = 20;
 };
 
 struct TrainConfig {
