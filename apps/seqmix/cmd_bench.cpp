@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "seqmix/bench/models_bench.h"
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/util/blas.h"
 #include "seqmix/util/memory.h"
+#include "seqmix/util/run_folder.h"
 #include "seqmix/util/threads.h"
 
 namespace seqmix::cli {
@@ -31,14 +33,65 @@ const std::vector<Mode>& modes() {
 
 struct BenchFlags {
   bench::OpsBenchOptions options;
+  bench::ModelsBenchOptions models;
+  std::string plot;
   bool json = false;
   int64_t threads = 0, blas_threads = 0;
   std::string mode;
 };
 
+// `seqmix bench models`: whole models, a training step per length (bench/models_bench.h).
+int run_models(BenchFlags& f, const CLI::App& cmd) {
+  for (const char* flag : {"--ops", "--heads"})
+    if (cmd.count(flag) > 0)
+      throw std::invalid_argument(std::string(flag) +
+                                  ": not an option of `bench models` (it takes --models, "
+                                  "--n-heads, --layers, --d-ff)");
+  auto& m = f.models;
+  if (cmd.count("--L") > 0) m.lengths = f.options.lengths;
+  if (cmd.count("--B") > 0) m.batch = f.options.batch;
+  if (cmd.count("--D") > 0) m.d_model = f.options.d_model;
+  if (cmd.count("--reps") > 0) m.reps = f.options.reps;
+  if (!f.plot.empty()) {
+    util::check_path_text(f.plot, "--plot");
+    if (f.plot.size() < 5 || f.plot.substr(f.plot.size() - 4) != ".png")
+      throw std::invalid_argument("--plot: must name a .png file, got '" + f.plot + "'");
+  }
+  util::check_threads(f.threads, "--threads");
+  util::check_threads(f.blas_threads, "--blas-threads");
+  const int64_t n = util::configure_threads(f.threads, f.blas_threads);
+  for (const auto& name : m.models) bench::models_bench_config(name, m, 2);  // before any run
+  if (!f.json)
+    fmt::print(stderr,
+               "seqmix bench models: training steps, B={} d_model={} layers={} d_ff={} heads={} "
+               "reps={} threads={} blas={} (float32)\n",
+               m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n,
+               util::blas_description());
+  std::vector<nlohmann::json> rows;
+  bench::run_models_bench(m, [&](nlohmann::json row) {
+    rows.push_back(row);
+    if (f.json) {
+      fmt::print("{}\n", row.dump());
+      std::fflush(stdout);
+    } else {
+      fmt::print(stderr, "  {}\n", row.dump());
+    }
+  });
+  if (!f.json) fmt::print("{}", bench::format_models_table(rows));
+  if (!f.plot.empty()) {
+    bench::plot_models_bench(rows, f.plot);
+    fmt::print(stderr, "bench models: plot written to '{}'\n", f.plot);
+  }
+  return 0;
+}
+
 int run_bench(BenchFlags& f, const CLI::App& cmd) {
   // Shapes repeat exactly, case by case, unlike training's padded batches.
   util::set_heap_policy(util::HeapPolicy::kRepeating);
+  if (f.mode == "models") return run_models(f, cmd);
+  for (const char* flag : {"--models", "--layers", "--d-ff", "--n-heads", "--plot"})
+    if (cmd.count(flag) > 0)
+      throw std::invalid_argument(std::string(flag) + ": an option of `bench models` only");
   auto& o = f.options;
   bench::OpsBenchOptions d;
   for (const auto& [name, defaults] : modes())
@@ -75,13 +128,16 @@ Command add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "benchmark programs (not tests)");
   std::vector<std::string> names;
   for (const auto& m : modes()) names.push_back(m.first);
+  names.push_back("models");
   cmd->add_option("mode", f->mode,
                   "ops: AIB kernel vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
                   "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
                   "(B=64, D=128, L=l=128); ces: CES recurrence kernel vs the FFT reference "
                   "(B=4, D=512, L=1K..16K); prefix: aib-net Fig. 3, prefix sums by Algorithm A (sequential) "
-                  "vs B (log-depth) in ATen ops (B=4, D=512, L=1K..16K). Options override the "
-                  "mode's defaults.")
+                  "vs B (log-depth) in ATen ops (B=4, D=512, L=1K..16K); models: a training step of whole "
+                  "models (weird-net, weird-net-a, transformer, etsmlp-lm, extractor-transformer; "
+                  "B=1, D=256, 4 layers, L=512..16K), tokens/s and peak memory. Options override "
+                  "the mode's defaults.")
       ->required()
       ->check(CLI::IsMember(names));
   cmd->add_option("--L", f->options.lengths, "sequence lengths")->delimiter(',');
@@ -95,6 +151,15 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all)");
   cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");
+  std::string model_names;
+  for (const auto& name : bench::models_bench_names())
+    model_names += (model_names.empty() ? "" : ",") + name;
+  cmd->add_option("--models", f->models.models, "models: subset of " + model_names)
+      ->delimiter(',');
+  cmd->add_option("--layers", f->models.n_layers, "models: layers of every model");
+  cmd->add_option("--d-ff", f->models.d_ff, "models: FFN width (ESMLP: hidden width)");
+  cmd->add_option("--n-heads", f->models.n_heads, "models: attention heads");
+  cmd->add_option("--plot", f->plot, "models: also draw tokens/s and bytes per token (PNG)");
   return {cmd, [f, cmd](char**) { return run_bench(*f, *cmd); }};
 }
 

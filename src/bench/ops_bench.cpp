@@ -19,15 +19,12 @@
 
 namespace seqmix::bench {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) throw std::invalid_argument("median: no values");
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -42,6 +39,8 @@ int64_t mem_available_bytes() {
     if (key == "MemAvailable:") return kb * 1024;
   return int64_t{8} << 30;
 }
+
+namespace {
 
 struct Timing {
   double fwd_ms = 0, fwd_bwd_ms = 0;

@@ -223,3 +223,42 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
 }
 
 }  // namespace
+
+namespace {
+
+// `seqmix bench models`: every model at every length gives a step time and a memory peak at
+// small shapes; the plot is a PNG; options of the other modes are refused, not ignored.
+TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
+  const std::string dir = seqmix::testing::temp_dir("cli-bench-models");
+  const auto r = run("bench models --L 16,32 --D 16 --layers 1 --d-ff 32 --n-heads 2 --reps 1 "
+                     "--threads 1 --json --plot " + dir + "/models.png");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 10u) << r.output;  // 5 models x 2 lengths
+  std::set<std::string> models;
+  for (const auto& row : rows) {
+    models.insert(row["model"].get<std::string>());
+    ASSERT_FALSE(row.contains("skipped")) << row.dump();
+    EXPECT_GT(row["tokens_per_s"].get<double>(), 0) << row.dump();
+    EXPECT_GT(row["peak_mib"].get<double>(), 0) << row.dump();
+    EXPECT_DOUBLE_EQ(row["bytes_per_token"].get<double>(),
+                     row["peak_mib"].get<double>() * (1 << 20) / row["L"].get<double>());
+  }
+  EXPECT_EQ(models.size(), 5u);
+  std::ifstream png(dir + "/models.png", std::ios::binary);
+  std::array<char, 4> magic{};
+  png.read(magic.data(), 4);
+  EXPECT_EQ(std::string(magic.data() + 1, 3), "PNG");
+
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"bench models --ops aib_layer", "--ops: not an option of `bench models`"},
+           {"bench ops --layers 2", "--layers: an option of `bench models` only"},
+           {"bench models --models gpt", "bench models: unknown model 'gpt'"},
+           {"bench models --plot " + dir + "/m.txt", "--plot: must name a .png file"}}) {
+    const auto bad = run(args);
+    EXPECT_EQ(bad.code, 1) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;
+  }
+}
+
+}  // namespace

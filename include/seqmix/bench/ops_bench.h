@@ -34,6 +34,7 @@
 /// A case whose estimated memory exceeds 80% of MemAvailable is skipped with a line saying so.
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,14 @@ at::Tensor prefix_sum_sequential(const at::Tensor& x);
 /// autograd can differentiate it): ceil(log2 L) steps. @throws std::invalid_argument unless
 /// x is 3-D.
 at::Tensor prefix_sum_logdepth(const at::Tensor& x);
+
+/// Shared by the benchmarks: the clock, milliseconds since t0, the median (of a copy; the
+/// mean of the two middle values for an even count; std::invalid_argument if empty) and
+/// /proc/meminfo's MemAvailable in bytes (8 GiB if unreadable).
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0);
+double median(std::vector<double> values);
+int64_t mem_available_bytes();
 
 /// STREAM triad bandwidth in GB/s (1e9 bytes/s, 12 bytes counted per float element).
 double stream_triad_gbps(int64_t elements = int64_t{32} << 20, int reps = 5);

@@ -1,0 +1,70 @@
+#pragma once
+/// @file models_bench.h
+/// `seqmix bench models`: whole-model training speed and memory against sequence length, the
+/// papers' protocol (weird-net Table V / Fig. 6, moss Table IV, etsmlp Fig. 3): every model at
+/// the same width and depth, one training step (forward, next-token cross-entropy, backward,
+/// AdamW update) on B random byte sequences of length L.
+///
+/// Models (byte-level language models, causal, built from their presets with the shared
+/// shape below):
+///   weird-net              Structure B: AIB and softmax attention alternating (weird-net)
+///   weird-net-a            Structure A: every layer AIB (the weird-net preset with
+///                          model.mixers = ['aib']; the causal form of the LRA encoder)
+///   transformer            softmax self-attention in every layer (fused kernel)
+///   etsmlp-lm              causal ESMLP blocks (CES inside the MLP, no separate FFN mixer)
+///   extractor-transformer  the Extractor in every layer (l = L lag matrices per layer)
+///
+/// Per model and L: the median step time of `reps` steps after one warm-up step (which also
+/// creates AdamW's state), tokens/s = B L / step time, and the peak tensor memory during
+/// those steps (util/memory.h's counting allocator: weights, gradients, AdamW moments and
+/// activations; not BLAS's own buffers), as MiB and bytes per token. A case whose estimated
+/// training memory (RunConfig::estimate_training_memory) exceeds 80% of MemAvailable is
+/// skipped with a row saying so, as is an Extractor whose lag matrices alone exceed it.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "seqmix/models/model_config.h"
+
+namespace seqmix::bench {
+
+struct ModelsBenchOptions {
+  std::vector<std::string> models = {"weird-net", "weird-net-a", "transformer", "etsmlp-lm",
+                                     "extractor-transformer"};
+  std::vector<int64_t> lengths = {512, 1024, 2048, 4096, 8192, 16384};
+  int64_t batch = 1;     ///< sequences per step
+  int64_t d_model = 256;
+  int64_t n_layers = 4;
+  int64_t d_ff = 1024;   ///< FFN width (ESMLP: its hidden width)
+  int64_t n_heads = 4;
+  int64_t reps = 3;
+};
+
+/// The names `models` accepts, for help texts.
+std::vector<std::string> models_bench_names();
+
+/// The configuration a model row trains: its preset at the shared shape, max_len = L.
+/// @throws std::invalid_argument naming an unknown model (listing the names).
+models::ModelConfig models_bench_config(const std::string& name, const ModelsBenchOptions& o,
+                                        int64_t L);
+
+/// Runs the benchmark; `emit` gets one JSON object per model and length as soon as it is
+/// measured: "model", "L", "B", "D", "layers", "parameters", "step_ms", "tokens_per_s",
+/// "peak_mib", "bytes_per_token", or "skipped" with the reason.
+/// @throws std::invalid_argument for an unknown model or a non-positive size.
+void run_models_bench(const ModelsBenchOptions& options,
+                      const std::function<void(const nlohmann::json&)>& emit);
+
+/// The rows as a table (tokens/s and MiB per model and L), then each model's ratios to the
+/// transformer at every L next to the papers' (weird-net Table V: 2.7x the Transformer's
+/// speed and 0.50x its memory at 4K).
+std::string format_models_table(const std::vector<nlohmann::json>& rows);
+
+/// Draws tokens/s and bytes per token against L (log-log, one line per model) into the PNG
+/// `path` with gnuplot (train/plot.h's run_gnuplot).
+/// @throws std::runtime_error if gnuplot fails or is missing.
+void plot_models_bench(const std::vector<nlohmann::json>& rows, const std::string& path);
+
+}  // namespace seqmix::bench

@@ -1,0 +1,210 @@
+#include "seqmix/bench/models_bench.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "seqmix/bench/ops_bench.h"
+#include "seqmix/models/presets.h"
+#include "seqmix/train/config.h"
+#include "seqmix/train/plot.h"
+#include "seqmix/util/memory.h"
+
+namespace seqmix::bench {
+
+std::vector<std::string> models_bench_names() {
+  return {"weird-net", "weird-net-a", "transformer", "etsmlp-lm", "extractor-transformer"};
+}
+
+models::ModelConfig models_bench_config(const std::string& name, const ModelsBenchOptions& o,
+                                        int64_t L) {
+  const auto names = models_bench_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw std::invalid_argument("bench models: unknown model '" + name + "' (expected " +
+                                fmt::format("{}", fmt::join(names, ", ")) + ")");
+  // Structure A as a language model: the decoder preset with AIB in every layer (the
+  // weird-net-a preset itself is the bidirectional LRA encoder).
+  models::ModelConfig c = models::make_model_config(name == "weird-net-a" ? "weird-net" : name,
+                                                    "mini");
+  if (name == "weird-net-a") c.mixers = {"aib"};
+  c.d_model = o.d_model;
+  c.n_layers = o.n_layers;
+  c.d_ff = o.d_ff;
+  c.n_heads = o.n_heads;
+  c.max_len = L;
+  c.dropout = 0;
+  c.validate();
+  return c;
+}
+
+void run_models_bench(const ModelsBenchOptions& o,
+                      const std::function<void(const nlohmann::json&)>& emit) {
+  if (o.batch < 1 || o.d_model < 2 || o.n_layers < 1 || o.d_ff < 1 || o.n_heads < 1 ||
+      o.reps < 1 || o.d_model % o.n_heads)
+    throw std::invalid_argument(
+        "bench models: B, D, layers, d_ff, heads and reps must be positive, heads dividing D");
+  for (const int64_t L : o.lengths)
+    if (L < 2) throw std::invalid_argument("bench models: sequence lengths must be >= 2");
+  for (const auto& name : o.models) models_bench_config(name, o, 2);  // names first
+  util::install_memory_counter();
+  for (const int64_t L : o.lengths) {
+    for (const auto& name : o.models) {
+      util::release_free_heap();
+      const models::ModelConfig config = models_bench_config(name, o, L);
+      nlohmann::json row = {{"model", name},        {"L", L},
+                            {"B", o.batch},         {"D", o.d_model},
+                            {"layers", o.n_layers}, {"parameters", config.num_parameters_approx()}};
+      train::RunConfig run;
+      run.model = config;
+      run.train.batch_size = o.batch;
+      const double need = run.estimate_training_memory().total();
+      const double have = static_cast<double>(mem_available_bytes());
+      if (need > 0.8 * have) {
+        row["skipped"] = fmt::format(
+            "needs ~{:.1f} GiB (weights, gradients, AdamW state, activations), more than 80% "
+            "of the {:.1f} GiB available",
+            need / (1 << 30), have / (1 << 30));
+        emit(row);
+        continue;
+      }
+      torch::manual_seed(0);
+      models::SequenceModel model(config);
+      model->train();
+      torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+      const at::Tensor tokens = at::randint(config.vocab_size, {o.batch, L + 1}, at::kLong);
+      const at::Tensor x = tokens.narrow(1, 0, L), y = tokens.narrow(1, 1, L).reshape({-1});
+      auto step = [&] {
+        opt.zero_grad();
+        const at::Tensor logits = model->forward(x);
+        at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}), y).backward();
+        opt.step();
+      };
+      step();  // warm-up; creates AdamW's moments
+      util::reset_peak_tensor_bytes();
+      std::vector<double> ms;
+      for (int64_t r = 0; r < o.reps; ++r) {
+        const auto t0 = Clock::now();
+        step();
+        ms.push_back(ms_since(t0));
+      }
+      const double step_ms = median(ms);
+      const auto peak = static_cast<double>(util::peak_tensor_bytes());
+      row["step_ms"] = step_ms;
+      row["tokens_per_s"] = static_cast<double>(o.batch * L) / (step_ms / 1e3);
+      row["peak_mib"] = peak / (1 << 20);
+      row["bytes_per_token"] = peak / static_cast<double>(o.batch * L);
+      emit(row);
+    }
+  }
+}
+
+namespace {
+
+const nlohmann::json* find_row(const std::vector<nlohmann::json>& rows, const std::string& model,
+                               int64_t L) {
+  for (const auto& r : rows)
+    if (r.value("model", "") == model && r.value("L", int64_t{0}) == L && !r.contains("skipped"))
+      return &r;
+  return nullptr;
+}
+
+std::vector<int64_t> lengths_of(const std::vector<nlohmann::json>& rows) {
+  std::vector<int64_t> ls;
+  for (const auto& r : rows) {
+    const int64_t L = r.value("L", int64_t{0});
+    if (std::find(ls.begin(), ls.end(), L) == ls.end()) ls.push_back(L);
+  }
+  std::sort(ls.begin(), ls.end());
+  return ls;
+}
+
+std::vector<std::string> models_of(const std::vector<nlohmann::json>& rows) {
+  std::vector<std::string> ms;
+  for (const auto& r : rows) {
+    const std::string m = r.value("model", "");
+    if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
+  }
+  return ms;
+}
+
+}  // namespace
+
+std::string format_models_table(const std::vector<nlohmann::json>& rows) {
+  const auto lengths = lengths_of(rows);
+  const auto models = models_of(rows);
+  std::string out;
+  for (const char* what : {"tokens/s", "peak MiB"}) {
+    out += fmt::format("\n{:<22}", what);
+    for (const int64_t L : lengths) out += fmt::format(" {:>9}", L);
+    out += "\n";
+    for (const auto& m : models) {
+      out += fmt::format("{:<22}", m);
+      for (const int64_t L : lengths) {
+        const auto* r = find_row(rows, m, L);
+        out += r ? fmt::format(" {:>9.0f}", r->at(what[0] == 't' ? "tokens_per_s" : "peak_mib")
+                                                .get<double>())
+                 : fmt::format(" {:>9}", "skipped");
+      }
+      out += "\n";
+    }
+  }
+  out += "\nagainst the transformer (speed x, memory x; weird-net Table V at 4K: 2.7x, 0.50x)\n";
+  for (const auto& m : models) {
+    if (m == "transformer") continue;
+    out += fmt::format("{:<22}", m);
+    for (const int64_t L : lengths) {
+      const auto *r = find_row(rows, m, L), *t = find_row(rows, "transformer", L);
+      out += r && t ? fmt::format(" {:>4.2f}x/{:<4.2f}x",
+                                  r->at("tokens_per_s").get<double>() /
+                                      t->at("tokens_per_s").get<double>(),
+                                  r->at("peak_mib").get<double>() / t->at("peak_mib").get<double>())
+                    : fmt::format(" {:>11}", "-");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+void plot_models_bench(const std::vector<nlohmann::json>& rows, const std::string& path) {
+  if (rows.empty()) throw std::invalid_argument("bench models: nothing to plot");
+  const auto models = models_of(rows);
+  std::ostringstream dat;
+  dat << "# per model (one gnuplot index each): L tokens_per_s bytes_per_token\n";
+  for (const auto& m : models) {
+    dat << "# " << m << "\n";
+    for (const int64_t L : lengths_of(rows))
+      if (const auto* r = find_row(rows, m, L))
+        dat << L << ' ' << r->at("tokens_per_s").get<double>() << ' '
+            << r->at("bytes_per_token").get<double>() << '\n';
+    dat << "\n\n";
+  }
+  const auto& first = rows.front();
+  std::ostringstream gp;
+  gp << train::gnuplot_terminal("models.png", 1100, 900) << "set output 'models.png'\n"
+     << "set multiplot layout 2,1 title "
+     << fmt::format("'training step, B = {}, d_model = {}, {} layers: seqmix bench models'\n",
+                    first.value("B", int64_t{0}), first.value("D", int64_t{0}),
+                    first.value("layers", int64_t{0}))
+     << "set logscale xy 2\nset grid\nset key outside right\nset xlabel 'sequence length L'\n"
+     << "set ylabel 'tokens/s'\nplot \\\n";
+  // Model names come from models_bench_names() (letters and '-'), never from the user.
+  for (size_t i = 0; i < models.size(); ++i)
+    gp << "  'models.dat' index " << i << " using 1:2 with linespoints lw 2 pt 7 title '"
+       << models[i] << "'" << (i + 1 < models.size() ? ", \\\n" : "\n");
+  gp << "set ylabel 'peak tensor bytes per token'\nplot \\\n";
+  for (size_t i = 0; i < models.size(); ++i)
+    gp << "  'models.dat' index " << i << " using 1:3 with linespoints lw 2 pt 7 title '"
+       << models[i] << "'" << (i + 1 < models.size() ? ", \\\n" : "\n");
+  gp << "unset multiplot\n";
+  train::GnuplotJob job;
+  job.script = gp.str();
+  job.output = "models.png";
+  job.files = {{"models.dat", dat.str()}};
+  train::run_gnuplot(job, path);
+}
+
+}  // namespace seqmix::bench
