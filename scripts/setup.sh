@@ -21,6 +21,7 @@ apt_pkgs=(
   gnuplot-nox dataset-fashion-mnist zlib1g-dev libzip-dev
   libgloo-dev iproute2  # c10d's Gloo headers (data-parallel training); namespaces for its benchmark
   python3-torch python3-dev pybind11-dev python3-pytest  # the Python package (python/)
+  python3-sklearn  # non-neural task baselines (scripts/lra-baselines.py)
 )
 # npm fetches the text corpora; use the machine's node/npm if present (a NodeSource
 # nodejs conflicts with Debian's npm package), Debian's otherwise.

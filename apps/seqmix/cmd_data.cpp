@@ -9,6 +9,9 @@
 #include "common.h"
 #include "seqmix/data/listops.h"
 #include "seqmix/data/pathfinder.h"
+#include "seqmix/data/tasks.h"
+#include "seqmix/train/classify.h"
+#include "seqmix/train/config.h"
 #include "seqmix/util/files.h"
 
 namespace seqmix::cli {
@@ -76,6 +79,57 @@ int run_pathfinder(const PathfinderFlags& f) {
   return 0;
 }
 
+// A task's three splits as the trainer sees them (the configuration resolved as for `seqmix
+// train`: --task, --size, --max-len, --set data.*), one JSON object per example, for
+// baselines outside seqmix (scripts/lra-baselines.py). Byte-level tasks (text, retrieval)
+// give the bytes as "text" (and "text_b": a retrieval pair's second passage); bytes that are
+// not UTF-8 become U+FFFD. Token tasks give "tokens".
+struct TaskExportFlags {
+  ConfigFlags config;
+  std::string out;
+  bool overwrite = false;
+};
+
+int run_task_export(const TaskExportFlags& f) {
+  if (f.config.task.empty())
+    throw std::invalid_argument("--task: `seqmix data task` needs a task (listops, text, ...)");
+  const auto config = train::resolve_config(f.config.config_path, f.config.overrides());
+  const std::vector<std::string> names = {"train.jsonl", "valid.jsonl", "test.jsonl"};
+  check_outputs(f.out, names, f.overwrite);
+  const auto d = data::load_task(train::task_spec(config));
+  const bool bytes = config.data.task == "text" || config.data.task == "retrieval";
+  auto text = [](const std::vector<int32_t>& tokens) {
+    std::string s;
+    s.reserve(tokens.size());
+    for (const int32_t t : tokens) s += static_cast<char>(t);
+    return s;
+  };
+  std::filesystem::create_directories(f.out);
+  const std::vector<data::LabelledSequence>* splits[] = {&d.splits.train, &d.splits.valid,
+                                                         &d.splits.test};
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string lines;
+    for (const auto& e : *splits[i]) {
+      nlohmann::json j = {{"label", e.label}};
+      if (bytes) {
+        j["text"] = text(e.tokens);
+        if (!e.tokens_b.empty()) j["text_b"] = text(e.tokens_b);
+      } else {
+        j["tokens"] = e.tokens;
+      }
+      lines += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    }
+    const std::string path = (std::filesystem::path(f.out) / names[i]).string();
+    util::write_file_atomic(path, lines);
+    fmt::print("{}\n", nlohmann::json{{"split", names[i].substr(0, names[i].find('.'))},
+                                      {"path", path},
+                                      {"examples", splits[i]->size()}}
+                           .dump());
+  }
+  fmt::print(stderr, "data task: {}\n", d.description);
+  return 0;
+}
+
 }  // namespace
 
 Command add_data(CLI::App& app) {
@@ -110,8 +164,20 @@ Command add_data(CLI::App& app) {
   pathfinder->add_flag("--overwrite", pf->overwrite, "replace the files already in --out");
   pathfinder->add_option("--seed", pf->seed, "random seed");
 
-  return {cmd, [lo, pf, listops](char**) {
-            return listops->parsed() ? run_listops(*lo) : run_pathfinder(*pf);
+  auto te = std::make_shared<TaskExportFlags>();
+  auto* task = cmd->add_subcommand(
+      "task",
+      "a task's splits as `seqmix train --task` builds them (same flags and --set data.*): "
+      "train.jsonl, valid.jsonl, test.jsonl into --out, one example per line ({\"label\", "
+      "\"text\"[, \"text_b\"]} for text and retrieval, {\"label\", \"tokens\"} otherwise)");
+  te->config.add_to(task);
+  task->add_option("--out", te->out, "output folder")->required();
+  task->add_flag("--overwrite", te->overwrite, "replace the files already in --out");
+
+  return {cmd, [lo, pf, te, listops, pathfinder](char**) {
+            if (listops->parsed()) return run_listops(*lo);
+            if (pathfinder->parsed()) return run_pathfinder(*pf);
+            return run_task_export(*te);
           }};
 }
 

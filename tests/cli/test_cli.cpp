@@ -262,3 +262,48 @@ TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
 }
 
 }  // namespace
+
+namespace {
+
+// `seqmix data task`: the splits a run trains on, as JSON lines, for outside baselines.
+TEST(CliData, TaskExportWritesTheSplitsARunSees) {
+  const std::string dir = seqmix::testing::temp_dir("cli-data-task");
+  auto r = run("data task --task listops --set data.train_examples=5 "
+               "--set data.valid_examples=2 --set data.test_examples=3 --out " + dir + "/l");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto lines_of = [](const std::string& path) {
+    std::ifstream in(path);
+    std::vector<nlohmann::json> v;
+    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
+    return v;
+  };
+  const auto train = lines_of(dir + "/l/train.jsonl");
+  ASSERT_EQ(train.size(), 5u);
+  EXPECT_EQ(lines_of(dir + "/l/valid.jsonl").size(), 2u);
+  EXPECT_EQ(lines_of(dir + "/l/test.jsonl").size(), 3u);
+  EXPECT_GT(train[0]["tokens"].size(), 500u) << "ListOps trees are longer than 500 tokens";
+  EXPECT_GE(train[0]["label"].get<int>(), 0);
+  EXPECT_LE(train[0]["label"].get<int>(), 9);
+  // Byte tasks give text; a retrieval pair both passages, as long as the model's max_len.
+  r = run("data task --task retrieval --max-len 64 --set data.train_examples=4 "
+          "--set data.valid_examples=2 --set data.test_examples=2 --out " + dir + "/r");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto pairs = lines_of(dir + "/r/train.jsonl");
+  ASSERT_EQ(pairs.size(), 4u);
+  // 64 bytes each (a UTF-8 sequence cut at an end becomes one 3-byte U+FFFD).
+  for (const char* key : {"text", "text_b"}) {
+    EXPECT_GE(pairs[0][key].get<std::string>().size(), 62u) << pairs[0].dump();
+    EXPECT_LE(pairs[0][key].get<std::string>().size(), 68u) << pairs[0].dump();
+  }
+  // No task, or files already there: an error naming the flag, nothing replaced.
+  r = run("data task --out " + dir + "/none");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--task: `seqmix data task` needs a task"), std::string::npos)
+      << r.output;
+  r = run("data task --task listops --out " + dir + "/l");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("exists; give --overwrite"), std::string::npos) << r.output;
+  EXPECT_EQ(lines_of(dir + "/l/train.jsonl").size(), 5u);
+}
+
+}  // namespace
