@@ -40,6 +40,18 @@ struct BenchFlags {
   std::string mode;
 };
 
+// Keeps a measured row and shows it at once: JSON on stdout, or a progress line on stderr
+// ahead of the table.
+void report_row(bool json, std::vector<nlohmann::json>& rows, const nlohmann::json& row) {
+  rows.push_back(row);
+  if (json) {
+    fmt::print("{}\n", row.dump());
+    std::fflush(stdout);
+  } else {
+    fmt::print(stderr, "  {}\n", row.dump());
+  }
+}
+
 // `seqmix bench models`: whole models, a training step per length (bench/models_bench.h).
 int run_models(BenchFlags& f, const CLI::App& cmd) {
   for (const char* flag : {"--ops", "--heads"})
@@ -69,13 +81,7 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
                util::blas_description());
   std::vector<nlohmann::json> rows;
   bench::run_models_bench(m, [&](nlohmann::json row) {
-    rows.push_back(row);
-    if (f.json) {
-      fmt::print("{}\n", row.dump());
-      std::fflush(stdout);
-    } else {
-      fmt::print(stderr, "  {}\n", row.dump());
-    }
+    report_row(f.json, rows, row);
   });
   if (!f.json) fmt::print("{}", bench::format_models_table(rows));
   if (!f.plot.empty()) {
@@ -109,13 +115,7 @@ int run_bench(BenchFlags& f, const CLI::App& cmd) {
                f.mode, o.batch, o.d_model, o.n_heads, o.reps, n, util::blas_description());
   bench::run_ops_bench(o, [&](nlohmann::json row) {
     if (row.value("op", "") == "stream_triad") row["blas"] = util::blas_description();
-    rows.push_back(row);
-    if (f.json) {
-      fmt::print("{}\n", row.dump());
-      std::fflush(stdout);
-    } else {
-      fmt::print(stderr, "  {}\n", row.dump());
-    }
+    report_row(f.json, rows, row);
   });
   if (!f.json) fmt::print("{}", bench::format_ops_table(rows));
   return 0;
