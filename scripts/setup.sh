@@ -15,6 +15,7 @@ fi
 apt_pkgs=(
   build-essential cmake ninja-build pkg-config git ca-certificates ccache
   libtorch-dev libopenblas0-pthread libopenblas-dev
+  libdnnl-dev  # oneDNN's headers: which bf16 kernels LibTorch runs (seqmix info)
   libsentencepiece-dev sentencepiece
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "seqmix/nn/precision.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/resolve.h"
@@ -19,7 +20,9 @@ namespace {
 struct EvalFlags {
   train::EvalRequest request;
   int64_t max_tokens = 0, threads = 0, batch = 32;
+  std::string precision;  // empty: the run's train.precision
 };
+
 
 int run_eval(const EvalFlags& f) {
   if (f.batch < 1)
@@ -28,8 +31,11 @@ int run_eval(const EvalFlags& f) {
     throw std::invalid_argument("--max-bytes / --max-tokens / --max-examples must be >= 0 (0 "
                                 "= all), got " + std::to_string(f.max_tokens));
   util::check_threads(f.threads, "--threads");
+  run_precision(f.precision, "fp32");  // the flag is checked before anything is loaded
   train::LoadedRun run = train::load_run(f.request.run);
+  const nn::Precision precision = run_precision(f.precision, run.config.train.precision);
   util::configure_threads(f.threads);
+  const nn::AutocastGuard autocast(precision);
   const train::EvalSet set = train::load_eval_set(run.config, run.tokenizer, f.request);
   const auto& d = run.config.data;
   if (set.classification) {
@@ -40,6 +46,7 @@ int run_eval(const EvalFlags& f) {
                                " split is not finite: its weights produce NaN or inf");
     fmt::print("{}\n", nlohmann::json{{"split", set.split},
                                       {"task", d.task},
+                                      {"precision", nn::to_string(precision)},
                                       {"loss", r.loss},
                                       {"accuracy", r.accuracy},
                                       {"examples", r.examples},
@@ -55,6 +62,7 @@ int run_eval(const EvalFlags& f) {
                                     {"data", d.source},
                                     {"eval_split", d.eval_split},
                                     {"tokenizer", run.tokenizer.name()},
+                                    {"precision", nn::to_string(precision)},
                                     {"loss", r.loss},
                                     {"perplexity", r.perplexity},
                                     {"bpc", r.bpc},
@@ -80,6 +88,8 @@ Command add_eval(CLI::App& app) {
                   "examples for a task)");
   cmd->add_option("--batch-size", f->batch, "windows per forward pass");
   cmd->add_option("--threads", f->threads, "intra-op threads (0 = all)");
+  cmd->add_option("--precision", f->precision,
+                  "fp32 or bf16 (default: the run's train.precision)");
   return {cmd, [f](char**) { return run_eval(*f); }};
 }
 

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "seqmix/generate/sampler.h"
+#include "seqmix/nn/precision.h"
 #include "seqmix/train/resolve.h"
 #include "seqmix/util/threads.h"
 
@@ -17,7 +18,9 @@ struct GenerateFlags {
   std::string run, prompt = "\n";
   int64_t max_new = 256, top_k = 0, seed = 0, threads = 0;
   double temperature = 0.8, top_p = 0.95;
+  std::string precision;  // empty: the run's train.precision
 };
+
 
 int run_generate(const GenerateFlags& f, char** argv) {
   // Every option is checked before anything reaches stdout.
@@ -31,12 +34,15 @@ int run_generate(const GenerateFlags& f, char** argv) {
     throw std::invalid_argument("--max-new-tokens must be in [0, 1e9], got " +
                                 std::to_string(f.max_new));
   util::check_threads(f.threads, "--threads");
+  run_precision(f.precision, "fp32");  // the flag is checked before anything is loaded
   const int64_t threads = generate::generate_threads(f.threads);
   // libgomp reads its wait policy only when it is loaded: for more than one thread, run
   // again with OMP_WAIT_POLICY=passive (unless set) before anything is loaded or printed.
   util::reexec_with_passive_omp_wait(argv, threads);
   train::LoadedRun run = train::load_run(f.run);
+  const nn::Precision precision = run_precision(f.precision, run.config.train.precision);
   util::configure_threads(threads);
+  const nn::AutocastGuard autocast(precision);
   // The prompt goes out with the first new text, so that a model that cannot generate
   // (non-finite outputs) prints nothing on stdout before its error.
   bool started = false;
@@ -74,6 +80,8 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--top-k", f->top_k, "keep the k most likely tokens (0 = all)");
   cmd->add_option("--top-p", f->top_p, "nucleus sampling threshold in (0, 1]");
   cmd->add_option("--seed", f->seed, "sampling seed");
+  cmd->add_option("--precision", f->precision,
+                  "fp32 or bf16 (default: the run's train.precision)");
   cmd->add_option("--threads", f->threads,
                   "intra-op threads (0 = 1: a token's work is too small to share; more than 1 "
                   "run with OMP_WAIT_POLICY=passive unless it is set)");

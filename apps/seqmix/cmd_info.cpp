@@ -13,6 +13,7 @@ namespace {
 int run_info() {
   fmt::print("{}", models::describe_catalog());
   fmt::print("\nBLAS: {}\n", util::blas_description());
+  fmt::print("bf16 (train.precision = bf16): {}\n", util::onednn_description());
   fmt::print("Large-block pool: {}\n", util::large_block_pool_description());
   return 0;
 }

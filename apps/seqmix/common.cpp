@@ -73,12 +73,24 @@ void ConfigFlags::add_to(CLI::App* app) {
   app->add_option("--batch-size", batch_size, "sequences per step (train.batch_size)");
   app->add_option("--lr", lr, "peak learning rate (train.lr)");
   app->add_option("--threads", threads, "intra-op threads, 0 = all (train.threads)");
+  app->add_option("--precision", precision,
+                  "fp32 or bf16: bfloat16 matrix products and activations with fp32 weights "
+                  "(train.precision)");
   app->add_option("--max-len", max_len,
                   "context length in tokens, bytes for byte-level models (model.max_len)");
   app->add_option("--aib-impl", aib_impl,
                   "AIB scan: kernel (default) or reference (model.aib.impl; fused is the old name "
                   "of kernel)");
   app->add_option("--set", set, "override any key: section.key=value (repeatable)");
+}
+
+nn::Precision run_precision(const std::string& flag, const std::string& stored) {
+  if (flag.empty()) return nn::parse_precision(stored);
+  try {
+    return nn::parse_precision(flag);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--precision: ") + e.what());
+  }
 }
 
 namespace {
@@ -111,6 +123,7 @@ std::vector<std::string> ConfigFlags::overrides() const {
   str("data.source", data);
   str("data.task", task);
   str("data.dir", data_dir);
+  str("train.precision", precision);
   // "fused" was the kernel's name before every op's optimised path was called "kernel".
   str("model.aib.impl", aib_impl == "fused" ? std::string("kernel") : aib_impl);
   if (!tokenizer.empty()) {

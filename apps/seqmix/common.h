@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "seqmix/nn/precision.h"
+
 namespace seqmix::dist {
 class ProcessGroup;
 }
@@ -43,12 +45,16 @@ extern const char* const kDataDirHelp;
 // `value`; returns "" or why `text` is not one that fits in 64 bits.
 std::string read_integer(const std::string& text, int64_t& value);
 
+// The precision of eval and generate: --precision (`flag`) when given, else the run's stored
+// train.precision. @throws std::invalid_argument naming --precision for a bad flag.
+nn::Precision run_precision(const std::string& flag, const std::string& stored);
+
 // Options shared by the commands that resolve a configuration. Every flag that was given
 // becomes a `section.key=value` override, so the configuration's own checks
 // (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
 // range is an error naming the flag, never a silent default.
 struct ConfigFlags {
-  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task;
+  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task, precision;
   // Counts are read as text so that 1e9 means 10^9, as a user writes it; integer() checks it.
   std::optional<std::string> max_steps, seed, batch_size, threads, max_len;
   std::optional<double> lr;

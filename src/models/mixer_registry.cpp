@@ -106,6 +106,15 @@ MixerSpec extractor_row() {
     return L * D * D + (c.extractor.adjust ? D * D : 0) + (c.extractor.out_proj ? D * D : 0);
   };
   s.activations = [](const ModelConfig& c, double) { return 3.0 * c.d_model; };  // X W_adj, ext, out
+  // The FFT form transforms its lag matrices: the spectrum of [L, D, D] at 2L points is
+  // (L + 1) D^2 complex values, kept for backward, plus its gradient and the backward's
+  // transform of it: about 6 L D^2 floats. Measured (seqmix bench models, extractor-transformer,
+  // D = 256, 4 layers): a peak of 10 floats per lag-matrix entry at L = 512 and 1024, of which
+  // weights, gradients and AdamW's moments are the other 4.
+  s.workspace = [](const ModelConfig& c, double L) {
+    const double D = static_cast<double>(c.d_model);
+    return ops::parse_backend(c.extractor.impl) == ops::Backend::kernel ? 6.0 * L * D * D : 0.0;
+  };
   return s;
 }
 

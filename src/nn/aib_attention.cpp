@@ -87,8 +87,9 @@ at::Tensor AIBAttentionImpl::step(const at::Tensor& x_t, MixerState& state) {
               " reaches max_len ", options.max_len());
   at::Tensor& a_cache = state.tensors[0];  // [B, t, D]
   at::Tensor& v_cache = state.tensors[1];  // [B, t, D]
-  a_cache = at::cat({a_cache, w_a(x_t).unsqueeze(1)}, 1);
-  v_cache = at::cat({v_cache, w_v(x_t).unsqueeze(1)}, 1);
+  // The caches stay float32 when the projections return bfloat16 (train.precision = bf16).
+  a_cache = at::cat({a_cache, w_a(x_t).unsqueeze(1).to(a_cache.scalar_type())}, 1);
+  v_cache = at::cat({v_cache, w_v(x_t).unsqueeze(1).to(v_cache.scalar_type())}, 1);
   const int64_t t = a_cache.size(1);
   // Closed form at the newest position: H = sum_d a_d E_{t-1-d} V_{t-1-d}, U likewise.
   const at::Tensor lag = state.tensors[2].narrow(0, 0, t).flip(0);  // row j: distance t-1-j

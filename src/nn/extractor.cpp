@@ -76,7 +76,7 @@ at::Tensor ExtractorImpl::step(const at::Tensor& x_t, MixerState& state) {
         "Extractor::step: position {} reaches max_len {} (the number of lag matrices)", state.pos,
         options.max_len()));
   at::Tensor& history = state.tensors[0];
-  history = at::cat({history, x_t.unsqueeze(1)}, 1);
+  history = at::cat({history, x_t.unsqueeze(1).to(history.scalar_type())}, 1);
   ++state.pos;
   return finish(x_t, ops::extractor_conv_last(history, w_ext));
 }

@@ -83,8 +83,11 @@ at::Tensor SelfAttentionImpl::step(const at::Tensor& x_t, MixerState& state) {
   const int64_t B = x_t.size(0);
   auto parts = qkv(x_t).view({B, 3, H, 1, dh});
   at::Tensor q = parts.select(1, 0);                                      // [B, H, 1, dh]
-  state.tensors[0] = at::cat({state.tensors[0], parts.select(1, 1)}, 2);  // [B, H, t, dh]
-  state.tensors[1] = at::cat({state.tensors[1], parts.select(1, 2)}, 2);
+  // The caches keep the state's dtype (float32) whatever the projection returned (bfloat16
+  // under train.precision = bf16).
+  const auto cache_type = state.tensors[0].scalar_type();
+  state.tensors[0] = at::cat({state.tensors[0], parts.select(1, 1).to(cache_type)}, 2);  // [B, H, t, dh]
+  state.tensors[1] = at::cat({state.tensors[1], parts.select(1, 2).to(cache_type)}, 2);
   at::Tensor scores =
       at::matmul(q, state.tensors[0].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
   at::Tensor y = at::matmul(at::softmax(scores, -1), state.tensors[1]);  // [B, H, 1, dh]

@@ -4,6 +4,7 @@
 
 #include "aib_scan_internal.h"
 #include "check_mask.h"
+#include "low_precision.h"
 
 namespace seqmix::ops {
 
@@ -81,16 +82,17 @@ void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, 
                       const at::Tensor& mask, Direction direction, AIBWeights weights) {
   TORCH_CHECK(a.dim() == 3, fn, ": A must be [B, L, D], got ", a.sizes());
   TORCH_CHECK(v.sizes() == a.sizes(), fn, ": V must match A ", a.sizes(), ", got ", v.sizes());
-  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble, fn,
-              ": A must be float32 or float64, got ", a.scalar_type());
+  TORCH_CHECK(detail::activation_dtype_ok(a.scalar_type()), fn,
+              ": A must be float32, float64 or bfloat16, got ", a.scalar_type());
   TORCH_CHECK(v.scalar_type() == a.scalar_type(), fn, ": V dtype ", v.scalar_type(),
               " differs from A dtype ", a.scalar_type());
   const int64_t L = a.size(1), D = a.size(2);
   if (weights != AIBWeights::ones || w.defined()) {
     TORCH_CHECK(w.defined() && w.dim() == 2 && w.size(1) == D, fn, ": w must be [K, ", D, "], got ",
                 w.defined() ? w.sizes() : at::IntArrayRef{});
-    TORCH_CHECK(w.scalar_type() == a.scalar_type(), fn, ": w dtype ", w.scalar_type(),
-                " differs from A dtype ", a.scalar_type());
+    TORCH_CHECK(detail::param_dtype_fits(w.scalar_type(), a.scalar_type()), fn, ": w dtype ",
+                w.scalar_type(), " does not go with A dtype ", a.scalar_type(),
+                " (the same dtype, or float32 with bfloat16 A)");
     TORCH_CHECK((int64_t{1} << w.size(0)) >= L, fn, ": w has ", w.size(0),
                 " levels, which cover sequences up to ", (int64_t{1} << w.size(0)), " but L = ", L,
                 " (raise max_len)");
@@ -149,6 +151,11 @@ at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::
 at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                               const at::Tensor& mask, Direction direction, AIBWeights weights) {
   aib_check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(a))
+    return aib_scan_reference(detail::widen(a), detail::widen(v), detail::widen(w), mask,
+                              direction, weights)
+        .to(at::kBFloat16);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
   at::Tensor H = p.ev, U = p.e;
@@ -181,6 +188,11 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
                                 const at::Tensor& mask, Direction direction,
                                 AIBWeights weights) {
   aib_check_inputs("aib_scan_closed_form", a, v, w, mask, direction, weights);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(a))
+    return aib_scan_closed_form(detail::widen(a), detail::widen(v), detail::widen(w), mask,
+                                direction, weights)
+        .to(at::kBFloat16);
   const int64_t L = a.size(1), D = a.size(2);
   Prepared p = prepare(a, v, mask);
   const at::Tensor lag = aib_lag_weights(level_weights_for(w, weights, a), L);  // [L, D]

@@ -4,6 +4,7 @@
 
 #include "aib_scan_internal.h"
 #include "cpu/aib_scan_kernel.h"
+#include "low_precision.h"
 
 namespace seqmix::ops {
 
@@ -96,6 +97,11 @@ class AIBScanFunction : public torch::autograd::Function<AIBScanFunction> {
 at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                           const at::Tensor& mask, Direction direction, AIBWeights weights) {
   aib_check_inputs("aib_scan_fused", a, v, w, mask, direction, weights);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(a))
+    return aib_scan_fused(detail::widen(a), detail::widen(v), detail::widen(w), mask, direction,
+                          weights)
+        .to(at::kBFloat16);
   // The kernel takes log W; how W is parameterised stays in ATen, where autograd handles it.
   at::Tensor lw;
   switch (weights) {

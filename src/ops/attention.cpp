@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "check_mask.h"
+#include "low_precision.h"
 #include "cpu/attention_kernel.h"
 
 namespace seqmix::ops {
@@ -24,8 +25,8 @@ void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, cons
     TORCH_CHECK(t.defined() && t.dim() == 4, fn, ": ", name, " must be [B, H, L, d_head], got ",
                 t.defined() ? t.sizes() : at::IntArrayRef{});
     TORCH_CHECK(t.device().is_cpu(), fn, ": ", name, " must be a CPU tensor, got ", t.device());
-    TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, fn, ": ", name,
-                " must be float32 or float64, got ", t.scalar_type());
+    TORCH_CHECK(detail::activation_dtype_ok(t.scalar_type()), fn, ": ", name,
+                " must be float32, float64 or bfloat16, got ", t.scalar_type());
     TORCH_CHECK(t.sizes() == q.sizes(), fn, ": ", name, " is ", t.sizes(), " but q is ",
                 q.sizes());
     TORCH_CHECK(t.scalar_type() == q.scalar_type(), fn, ": ", name, " dtype ", t.scalar_type(),
@@ -113,6 +114,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& key_mask, Direction direction, double dropout) {
   check_inputs("attention_reference", q, k, v, key_mask);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(q))
+    return attention_reference(detail::widen(q), detail::widen(k), detail::widen(v), key_mask,
+                               direction, dropout)
+        .to(at::kBFloat16);
   TORCH_CHECK(dropout >= 0 && dropout < 1, "attention_reference: dropout must be in [0, 1), got ",
               dropout);
   const auto drop = [&](const at::Tensor& probs) {
@@ -138,6 +144,11 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& key_mask, Direction direction) {
   check_inputs("attention_kernel", q, k, v, key_mask);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(q))
+    return attention_kernel(detail::widen(q), detail::widen(k), detail::widen(v), key_mask,
+                            direction)
+        .to(at::kBFloat16);
   return AttentionFunction::apply(
       q.contiguous(), k.contiguous(), v.contiguous(),
       key_mask.defined() ? key_mask.contiguous() : at::empty({0}, at::kBool),

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "check_mask.h"
+#include "low_precision.h"
 #include "cpu/ces_scan_kernel.h"
 
 namespace seqmix::ops {
@@ -19,25 +20,30 @@ void check_param(const char* fn, const char* name, const at::Tensor& t, int64_t 
   TORCH_CHECK(t.defined() && t.dim() == 2 && t.size(1) == 2, fn, ": ", name,
               " must be [C, 2] (real, imaginary), got ", t.defined() ? t.sizes() : at::IntArrayRef{});
   TORCH_CHECK(C < 0 || t.size(0) == C, fn, ": ", name, " must have ", C, " rows, got ", t.size(0));
-  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, fn, ": ", name,
-              " must be float32 or float64, got ", t.scalar_type());
+  TORCH_CHECK(detail::activation_dtype_ok(t.scalar_type()), fn, ": ", name,
+              " must be float32, float64 or bfloat16, got ", t.scalar_type());
 }
 
 void check_scan(const char* fn, const at::Tensor& x, const CESCoefficients& coef,
                 const at::Tensor& mask, Direction direction) {
   TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
               x.defined() ? x.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, fn,
-              ": x must be float32 or float64, got ", x.scalar_type());
+  TORCH_CHECK(detail::activation_dtype_ok(x.scalar_type()), fn,
+              ": x must be float32, float64 or bfloat16, got ", x.scalar_type());
   const int64_t C = direction == Direction::bidirectional ? 2 * x.size(2) : x.size(2);
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", coef.q},
                                 {"mu", coef.mu},
                                 {"c", coef.c}}) {
     check_param(fn, name, t, C);
-    TORCH_CHECK(t.scalar_type() == x.scalar_type(), fn, ": ", name, " dtype ", t.scalar_type(),
-                " differs from x dtype ", x.scalar_type());
+    TORCH_CHECK(detail::param_dtype_fits(t.scalar_type(), x.scalar_type()), fn, ": ", name,
+                " dtype ", t.scalar_type(), " does not go with x dtype ", x.scalar_type(),
+                " (the same dtype, or float32 with bfloat16 x)");
   }
   check_padding_mask(fn, mask, x.size(0), x.size(1));
+}
+
+CESCoefficients widened(const CESCoefficients& c) {
+  return {detail::widen(c.q), detail::widen(c.mu), detail::widen(c.c)};
 }
 
 at::Tensor re(const at::Tensor& z) { return z.select(1, 0); }
@@ -149,6 +155,8 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
                               const at::Tensor& mask, Direction direction) {
   check_scan("ces_scan_reference", x, coef, mask, direction);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(x)) return ces_scan_reference(detail::widen(x), widened(coef), mask, direction).to(at::kBFloat16);
   const int64_t L = x.size(1), H = x.size(2);
   if (x.numel() == 0) return at::zeros_like(x);
   at::Tensor xm = mask.defined() ? x.masked_fill(mask.logical_not().unsqueeze(-1), 0) : x;
@@ -176,6 +184,8 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                            Direction direction) {
   check_scan("ces_scan_kernel", x, coef, mask, direction);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(x)) return ces_scan_kernel(detail::widen(x), widened(coef), mask, direction).to(at::kBFloat16);
   return CESScanFunction::apply(x.contiguous(), coef.mu.contiguous(), coef.c.contiguous(),
                                 mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool),
                                 direction == Direction::bidirectional);

@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "low_precision.h"
+
 namespace seqmix::ops {
 
 namespace {
@@ -23,16 +25,21 @@ void check_inputs(const char* op, const at::Tensor& x, const at::Tensor& w) {
         fmt::format("{}: sequence length t = {} exceeds the number of lag matrices l = {} "
                     "(the Extractor's context window)",
                     op, x.size(1), w.size(0)));
-  if (x.scalar_type() != w.scalar_type() || !at::isFloatingType(x.scalar_type()))
-    throw std::invalid_argument(
-        fmt::format("{}: x and w must share a floating dtype (got {} and {})", op,
-                    c10::toString(x.scalar_type()), c10::toString(w.scalar_type())));
+  if (!detail::activation_dtype_ok(x.scalar_type()) ||
+      !detail::param_dtype_fits(w.scalar_type(), x.scalar_type()))
+    throw std::invalid_argument(fmt::format(
+        "{}: x must be float32, float64 or bfloat16 and w of the same dtype (or float32 with "
+        "bfloat16 x); got {} and {}",
+        op, c10::toString(x.scalar_type()), c10::toString(w.scalar_type())));
 }
 
 }  // namespace
 
 at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w) {
   check_inputs("extractor_conv_reference", x, w);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(x))
+    return extractor_conv_reference(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
   const int64_t t = x.size(1);
   at::Tensor ext = at::zeros_like(x);
   for (int64_t k = 0; k < t; ++k) {
@@ -45,6 +52,9 @@ at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w) {
 
 at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w) {
   check_inputs("extractor_conv_fft", x, w);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(x))
+    return extractor_conv_fft(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
   const int64_t t = x.size(1);
   if (t == 0) return at::zeros_like(x);
   // Linear (not circular) convolution needs n >= 2t - 1; a power of two keeps the FFT fast.
@@ -62,6 +72,9 @@ at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w, Backend back
 
 at::Tensor extractor_conv_last(const at::Tensor& history, const at::Tensor& w) {
   check_inputs("extractor_conv_last", history, w);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(history))
+    return extractor_conv_last(detail::widen(history), detail::widen(w)).to(at::kBFloat16);
   const int64_t t = history.size(1), D = history.size(2);
   // sum_k x[t-1-k] W[k]: flip the history so lag k is row k, then one [B, t D] x [t D, D].
   const at::Tensor lags = history.flip({1}).reshape({history.size(0), t * D});

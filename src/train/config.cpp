@@ -82,6 +82,8 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"seed", &T::seed, "init, batch order, sampling", {}, false, "--seed"},
       {"threads", &T::threads, "intra-op threads (0: all)", {}, false, "--threads"},
       {"nonfinite", &T::nonfinite, "stop | skip on a non-finite loss", {}, true},
+      {"precision", &T::precision, "fp32 | bf16 (bfloat16 matrix products, fp32 weights)", {},
+       true, "--precision"},
   };
   return f;
 }
@@ -527,6 +529,8 @@ void RunConfig::validate() const {
   at_least("train.threads", t.threads, 0, " (0: all hardware threads)");
   if (t.nonfinite != "stop" && t.nonfinite != "skip")
     fail("train.nonfinite", "must be stop or skip, got '" + t.nonfinite + "'");
+  if (t.precision != "fp32" && t.precision != "bf16")
+    fail("train.precision", "must be fp32 or bf16, got '" + t.precision + "'");
   const auto& d = data;
   if (d.source.empty())
     fail("data.source", "must name a corpus (sotu, moby-dick) or a text file or folder");
@@ -681,17 +685,19 @@ RunConfig::MemoryEstimate RunConfig::estimate_training_memory() const {
     }
   }
   double per_position = 2 * D;  // embeddings, final norm
+  double workspace = 0;          // per layer, whatever the batch
   if (m.n_classes == 0) per_position += 2 * static_cast<double>(m.vocab_size);
   for (size_t j = 0; j < m.mixers.size(); ++j) {
     const models::MixerSpec& spec = models::find_mixer(m.mixers[j]);
     double per_layer = spec.activations ? spec.activations(m, L) : 3 * D;
     if (spec.has_ffn) per_layer += (m.norm ? 4 : 2) * D + 2 * F;
     per_position += per_layer * static_cast<double>(m.layers_of(j));
+    if (spec.workspace) workspace += spec.workspace(m, L) * static_cast<double>(m.layers_of(j));
   }
   const double towers = m.cls_pair ? 2 : 1;
   MemoryEstimate e;
   e.parameters = m.num_parameters_approx() * 4 * 4;
-  e.activations = static_cast<double>(train.batch_size) * L * towers * per_position * 4;
+  e.activations = (static_cast<double>(train.batch_size) * L * towers * per_position + workspace) * 4;
   return e;
 }
 

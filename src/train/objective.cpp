@@ -26,7 +26,9 @@ BatchLoss language_model_loss(models::SequenceModel& model, const at::Tensor& ba
                                std::string(c10::toString(batch.scalar_type()))
                          : std::string("an undefined tensor")));
   const int64_t L = batch.size(1) - 1;
-  const at::Tensor logits = model->forward(batch.narrow(1, 0, L));
+  // Float32 logits: under train.precision = bf16 the head's matrix product returns bfloat16,
+  // and the loss (log-sum-exp over the vocabulary) is computed in float32 (nn/precision.h).
+  const at::Tensor logits = model->forward(batch.narrow(1, 0, L)).to(at::kFloat);
   BatchLoss out;
   out.loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                     batch.narrow(1, 1, L).reshape({-1}), {}, aten(reduction));
@@ -36,7 +38,7 @@ BatchLoss language_model_loss(models::SequenceModel& model, const at::Tensor& ba
 
 BatchLoss classification_loss(models::SequenceModel& model, const ClassBatch& batch,
                               LossReduction reduction) {
-  const at::Tensor logits = class_logits(model, batch);
+  const at::Tensor logits = class_logits(model, batch).to(at::kFloat);
   BatchLoss out;
   out.loss = at::cross_entropy_loss(logits, batch.labels, {}, aten(reduction));
   out.count = batch.labels.size(0);

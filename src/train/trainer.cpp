@@ -20,6 +20,7 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/dist/process_group.h"
 #include "seqmix/dist/reducer.h"
+#include "seqmix/nn/precision.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
@@ -609,10 +610,14 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   util::ProgressOptions progress_options;
   if (!writer) progress_options.out = dev_null();
   progress = std::make_unique<util::Progress>("train", t.max_steps, start, progress_options);
+  const nn::Precision precision = nn::parse_precision(t.precision);
   say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads{}, {}; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
                   group ? fmt::format(" per worker x {} workers (Gloo)", group->world_size()) : "",
-                  util::blas_description(),
+                  precision == nn::Precision::bf16
+                      ? "bf16 mixed precision: " + util::onednn_description() + "; " +
+                            util::blas_description() + " for fp32 products"
+                      : util::blas_description(),
                   plan.description, plan.batch_shape, t.max_steps,
                   options.resume ? fmt::format(", resuming at step {}", start) : ""));
   // The whole resolved configuration, briefly (config.toml in the run folder holds it in full).
@@ -630,6 +635,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   };
   auto held_out = [&](int64_t step, bool final) {
     sync_buffers();
+    const nn::AutocastGuard autocast(precision);
     plan.held_out(step, final);
   };
   auto checkpoint = [&](int64_t step) {
@@ -701,7 +707,12 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       torch::manual_seed(util::mix64(static_cast<uint64_t>(t.seed) ^
                                      util::mix64((static_cast<uint64_t>(step) << 20) +
                                                  static_cast<uint64_t>(group->rank()))));
-    const BatchLoss sl = plan.step(step);
+    // The forward pass under autocast; backward and the optimizer step outside it, as with
+    // torch.autocast (backward runs each op in the dtype its forward used).
+    const BatchLoss sl = [&] {
+      const nn::AutocastGuard autocast(precision);
+      return plan.step(step);
+    }();
     sl.loss.backward();
     if (reducer) {
       const auto timing = reducer->finish();

@@ -1,6 +1,7 @@
 #include "seqmix/util/blas.h"
 
 #include <dlfcn.h>
+#include <oneapi/dnnl/dnnl_types.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -38,6 +39,36 @@ std::string blas_description() {
            "set OPENBLAS_CORETYPE to choose)";
   }
   return "OpenBLAS " + core + " (OPENBLAS_CORETYPE=" + forced + ")";
+}
+
+std::string onednn_description() {
+  // Looked up at run time, like OpenBLAS: the oneDNN that counts is the one LibTorch loaded.
+  using Version = const dnnl_version_t* (*)();
+  using Isa = dnnl_cpu_isa_t (*)();
+  auto* version = reinterpret_cast<Version>(dlsym(RTLD_DEFAULT, "dnnl_version"));
+  auto* isa = reinterpret_cast<Isa>(dlsym(RTLD_DEFAULT, "dnnl_get_effective_cpu_isa"));
+  if (!version || !isa) return "oneDNN not loaded";
+  const dnnl_version_t* v = version();
+  const char* name = "unknown";
+  bool amx = false;
+  switch (isa()) {
+    case dnnl_cpu_isa_all: name = "all"; break;
+    case dnnl_cpu_isa_sse41: name = "sse41"; break;
+    case dnnl_cpu_isa_avx: name = "avx"; break;
+    case dnnl_cpu_isa_avx2: name = "avx2"; break;
+    case dnnl_cpu_isa_avx2_vnni: name = "avx2_vnni"; break;
+    case dnnl_cpu_isa_avx512_mic: name = "avx512_mic"; break;
+    case dnnl_cpu_isa_avx512_mic_4ops: name = "avx512_mic_4ops"; break;
+    case dnnl_cpu_isa_avx512_core: name = "avx512_core"; break;
+    case dnnl_cpu_isa_avx512_core_vnni: name = "avx512_core_vnni"; break;
+    case dnnl_cpu_isa_avx512_core_bf16: name = "avx512_core_bf16"; break;
+    case dnnl_cpu_isa_avx512_core_amx: name = "avx512_core_amx"; amx = true; break;
+    default: break;
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "oneDNN %d.%d.%d, ISA %s (AMX: %s)", v->major, v->minor,
+                v->patch, name, amx ? "yes" : "no");
+  return buf;
 }
 
 std::string openblas_core_override(const std::string& loaded_core, bool coretype_set,

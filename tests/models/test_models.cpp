@@ -2,6 +2,7 @@
 
 #include "seqmix/models/presets.h"
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/precision.h"
 #include "seqmix/nn/self_attention.h"
 
 using namespace seqmix;
@@ -91,6 +92,62 @@ TEST(SequenceModel, IncrementalDecodingMatchesForwardForEveryFamily) {
       ASSERT_TRUE(at::allclose(logits, full.select(1, t), 1e-8, 1e-8)) << family << " t=" << t;
     }
     EXPECT_THROW(m->step(tokens.select(1, 0), states), c10::Error);  // past max_len
+  }
+}
+
+// train.precision = bf16 (nn/precision.h) for every family: the forward pass under autocast
+// gives float32 logits close to the float32 model's, the parameters' gradients are float32,
+// finite and close to the float32 ones, and decoding step by step under autocast agrees with
+// the full forward pass under autocast.
+TEST(SequenceModel, Bf16AutocastForEveryFamily) {
+  for (const auto& family : models::family_names()) {
+    SCOPED_TRACE(family);
+    torch::manual_seed(22);
+    auto cfg = models::make_model_config(family, "tiny");
+    cfg.max_len = 24;
+    models::SequenceModel m(cfg);
+    m->eval();  // no dropout: both precisions see the same function
+    const at::Tensor tokens = at::randint(256, {2, 24}, at::kLong);
+    auto run = [&](nn::Precision p) {
+      m->zero_grad();
+      at::Tensor logits;
+      {
+        const nn::AutocastGuard autocast(p);
+        logits = m->forward(tokens);
+      }
+      logits.to(at::kFloat).logsumexp(-1).mean().backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& q : m->parameters())
+        if (q.grad().defined()) grads.push_back(q.grad().clone());
+      return std::make_pair(logits.detach(), grads);
+    };
+    const auto [l32, g32] = run(nn::Precision::fp32);
+    const auto [l16, g16] = run(nn::Precision::bf16);
+    EXPECT_EQ(l32.scalar_type(), at::kFloat);
+    ASSERT_TRUE(at::isfinite(l16).all().item<bool>());
+    // bfloat16 keeps 8 significant bits: a few ulps through the model's few layers.
+    const double scale = l32.abs().max().item<double>();
+    EXPECT_LT((l16.to(at::kFloat) - l32).abs().max().item<double>(), 0.05 * scale);
+    ASSERT_EQ(g16.size(), g32.size());
+    double worst = 0;
+    for (size_t i = 0; i < g16.size(); ++i) {
+      ASSERT_EQ(g16[i].scalar_type(), at::kFloat) << "parameter gradient " << i;
+      ASSERT_TRUE(at::isfinite(g16[i]).all().item<bool>()) << "parameter gradient " << i;
+      const double s = g32[i].abs().max().item<double>();
+      if (s > 0) worst = std::max(worst, (g16[i] - g32[i]).abs().max().item<double>() / s);
+    }
+    EXPECT_LT(worst, 0.15) << "largest gradient difference relative to its tensor's scale";
+    // Autocast really ran the products in bfloat16: the logits differ from float32's.
+    EXPECT_GT((l16.to(at::kFloat) - l32).abs().max().item<double>(), 0.0);
+    if (!cfg.causal) continue;
+    torch::NoGradGuard no_grad;
+    const nn::AutocastGuard autocast(nn::Precision::bf16);
+    const at::Tensor full = m->forward(tokens).to(at::kFloat);
+    auto states = m->init_state(2);
+    for (int64_t t = 0; t < 24; ++t) {
+      const at::Tensor step = m->step(tokens.select(1, t), states).to(at::kFloat);
+      EXPECT_LT((step - full.select(1, t)).abs().max().item<double>(), 0.05 * scale) << "t=" << t;
+    }
   }
 }
 

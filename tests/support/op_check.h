@@ -13,6 +13,8 @@
 //      receives gradient;
 //   4. float64 central differences of the kernel's (and, unless asked not to, the
 //      reference's) gradients when the case is small enough (OpCase::gradcheck);
+//   5. bfloat16 activations with float32 parameters (mixed precision): the 2x rule against
+//      the exact result rounded to bfloat16, dtypes of the output and gradients, padding;
 // and that every output and gradient is finite.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -42,6 +44,23 @@ constexpr double kFloat64Tolerance = 1e-12;
 /// float32 reference is itself (nearly) exact: at L = 1 the AIB reference's dA is exactly 0
 /// (O = V) while the kernel's rounding leaves 2.9e-7, the largest excess over 2x measured.
 constexpr double kFloat32Floor = 1e-6;
+
+/// The floor of the bfloat16 2x rule (check 5), relative to the float64 result's scale: one
+/// bfloat16 ulp at the scale (2^-8). Rounding a result to bfloat16 moves it by up to half an
+/// ulp, and a kernel's float32 arithmetic may put a value on the other side of a rounding
+/// boundary than the exact result, a whole ulp of that entry.
+constexpr double kBFloat16Floor = 1.0 / 256;
+
+/// The inputs of check 5: activations (inputs with a sequence axis) as bfloat16, parameters
+/// rounded to bfloat16 values but kept in float32, as autocast's float32 master weights are.
+inline ops::OpInputs bf16_inputs(const ops::OpInputs& in32) {
+  ops::OpInputs b = in32;
+  for (auto& x : b.inputs) {
+    const at::Tensor r = x.value.to(at::kBFloat16);
+    x.value = x.seq_dim >= 0 ? r : r.to(at::kFloat);
+  }
+  return b;
+}
 
 struct OpCheckOptions {
   uint64_t seed = 7;
@@ -210,6 +229,41 @@ inline void check_op_case(const ops::OpCase& c, const OpCheckOptions& o = {},
         if (verbose)
           std::printf("[op_check] %s %s f32 %-12s kernel %.3g reference %.3g\n", c.name().c_str(),
                       variant.name.c_str(), quantity(in32, i).c_str(), ek, er);
+      }
+    }
+
+    // 5. bfloat16 activations with float32 parameters (train.precision = bf16): every output
+    //    and gradient finite, and within twice the distance of the bfloat16 reference from the
+    //    float64 result, plus kBFloat16Floor. The bfloat16 reference is the exact result
+    //    rounded to bfloat16 once: what an op that computes in float32 and stores bfloat16
+    //    (as the kernels do) can at best return.
+    {
+      SCOPED_TRACE("bfloat16 activations");
+      const ops::OpInputs inb = bf16_inputs(in32);
+      const at::Tensor gob = go32.to(at::kBFloat16);
+      const OpRun kb = run_op(c.kernel, inb, gob);
+      const OpRun tb = run_op(c.reference, inb.to(at::kDouble), gob.to(at::kDouble));
+      EXPECT_EQ(kb.out.scalar_type(), at::kBFloat16) << "output dtype";
+      const auto tv = all(tb), kv = all(kb);
+      for (size_t i = 0; i < kv.size(); ++i) {
+        if (!kv[i].defined()) continue;
+        // Activation gradients come back in bfloat16, parameter gradients in float32.
+        const at::ScalarType want = i == 0 || inb.inputs[i - 1].seq_dim >= 0 ? at::kBFloat16
+                                                                               : at::kFloat;
+        EXPECT_EQ(kv[i].scalar_type(), want) << quantity(inb, i) << " dtype";
+        EXPECT_TRUE(at::isfinite(kv[i]).all().item<bool>()) << quantity(inb, i) << " (bf16)";
+        const double ek = rel_err(kv[i], tv[i]);
+        const double er = rel_err(tv[i].to(at::kBFloat16), tv[i]);
+        EXPECT_LE(ek, 2 * er + kBFloat16Floor)
+            << quantity(inb, i) << ": bfloat16 kernel " << ek << " from the float64 result, "
+            << "bfloat16 reference " << er << " (2x rule, floor " << kBFloat16Floor << ")";
+        if (verbose)
+          std::printf("[op_check] %s %s bf16 %-12s kernel %.3g reference %.3g\n",
+                      c.name().c_str(), variant.name.c_str(), quantity(inb, i).c_str(), ek, er);
+      }
+      if (padded && c.zero_padded_outputs) {
+        EXPECT_EQ(max_at(kb.out.to(at::kDouble), pad_out), 0.0)
+            << "outputs at padded positions (bf16)";
       }
     }
 

@@ -54,6 +54,10 @@ struct MixerSpec {
   /// float32 values one layer's mixer keeps per position for backward (the training memory
   /// estimate, train/config.cpp), given the positions `L`. Empty: 3 D (its inputs and output).
   std::function<double(const ModelConfig& c, double L)> activations;
+  /// float32 values one layer's mixer holds during a training step whatever the batch size,
+  /// besides its parameters (the training memory estimate), given the positions `L`. Empty:
+  /// none.
+  std::function<double(const ModelConfig& c, double L)> workspace;
   /// Constraints of this mixer on the shared fields (e.g. heads dividing d_model).
   /// @throws std::invalid_argument "model.<key>: ...".
   std::function<void(const ModelConfig& c)> validate;

@@ -80,6 +80,11 @@ struct TrainConfig {
   /// A non-finite loss or gradient: "stop" (an error naming the step and the parameter) or
   /// "skip" (no update for that step; training goes on).
   std::string nonfinite = "stop";
+  /// Compute precision: "fp32", or "bf16" for mixed precision (bfloat16 matrix products and
+  /// activations, float32 master weights, optimizer state, statistics and loss;
+  /// include/seqmix/nn/precision.h). Stored with the run: eval and generate use it unless
+  /// told otherwise.
+  std::string precision = "fp32";
 };
 
 struct RunConfig {

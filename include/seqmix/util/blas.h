@@ -28,6 +28,13 @@ std::string openblas_core();
 /// `reexec_with_fitting_openblas_core` did, or "not OpenBLAS".
 std::string blas_description();
 
+/// Which oneDNN kernels run LibTorch's bfloat16 matrix products (train.precision = bf16):
+/// "oneDNN 2.6.3, ISA avx512_core_bf16 (AMX: no)". The ISA is oneDNN's own choice for this
+/// CPU (dnnl_get_effective_cpu_isa, looked up at run time in the oneDNN LibTorch loaded);
+/// "avx512_core" or older means bfloat16 is emulated with float32 arithmetic, and
+/// "avx512_core_amx" that AMX tiles run it. "oneDNN not loaded" when LibTorch has no oneDNN.
+std::string onednn_description();
+
 /// The kernel family to force with OPENBLAS_CORETYPE, or "" to keep what OpenBLAS chose.
 /// Non-empty only when OpenBLAS fell back to its generic "Prescott" kernels (`loaded_core`)
 /// on its own (`coretype_set` false: a user's OPENBLAS_CORETYPE, even "Prescott", is never
