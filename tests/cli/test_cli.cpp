@@ -167,9 +167,10 @@ TEST(Cli, TrainEvalGenerateRoundTrip) {
 TEST(Cli, Bf16TrainEvalGenerate) {
   const std::string dir = seqmix::testing::temp_dir("cli-bf16");
   const std::string data = corpus(dir);
-  const std::string common =
-      "train --model weird-net --size tiny --max-len 32 --batch-size 4 --max-steps 30 "
-      "--threads 1 --seed 5 --data " + data;
+  const std::string resume =
+      "train --model weird-net --size tiny --max-len 32 --batch-size 4 --threads 1 --seed 5 "
+      "--data " + data;
+  const std::string common = resume + " --max-steps 30";
   auto r = run(common + " --out " + dir + "/fp32");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto fp32 = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
@@ -182,7 +183,7 @@ TEST(Cli, Bf16TrainEvalGenerate) {
               0.02 * fp32["bpc"].get<double>());
   std::ifstream toml(dir + "/bf16/config.toml");
   const std::string stored((std::istreambuf_iterator<char>(toml)), {});
-  EXPECT_NE(stored.find("precision = \"bf16\""), std::string::npos) << stored;
+  EXPECT_NE(stored.find("precision = 'bf16'"), std::string::npos) << stored;
 
   r = run("eval " + dir + "/bf16 --threads 1");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -209,9 +210,13 @@ TEST(Cli, Bf16TrainEvalGenerate) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("train.precision (--precision)"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/bad"));
-  r = run(common + " --max-steps 40 --out " + dir + "/bf16 --resume");
+  // A resume keeps the stored precision; asking for another one is refused.
+  r = run(resume + " --max-steps 40 --precision fp32 --out " + dir + "/bf16 --resume");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("train.precision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.precision: 'fp32' vs 'bf16'"), std::string::npos) << r.output;
+  r = run(resume + " --max-steps 32 --out " + dir + "/bf16 --resume");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("bf16 mixed precision"), std::string::npos) << r.output;
 }
 
 TEST(Cli, BpeTokenizerTrainEvalGenerate) {
