@@ -57,6 +57,14 @@ def _bool(name, value):
     return value
 
 
+def _autocast(precision):
+    """torch.autocast for a run's precision: bfloat16 CPU autocast for "bf16" (the recipe of
+    train.precision, include/seqmix/nn/precision.h), nothing for "fp32"."""
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision: expected 'fp32' or 'bf16', got {precision!r}")
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def _python_words(message):
     # The run-folder and export messages name the command line's --overwrite; say what the
     # Python call names. (generate's sampling values are checked here before the library
@@ -143,9 +151,17 @@ class Model(CppModule):
         mask [B, L] -> [B, n_classes]. RuntimeError if the model has no classification head."""
         return _C.model_classify(self._cpp, _tensor("tokens", tokens), _mask("mask", mask))
 
+    @property
+    def precision(self):
+        """The run's train.precision, "fp32" or "bf16": what generate() and evaluate() use
+        unless told otherwise. For your own forward passes in bf16, wrap them in
+        ``torch.autocast("cpu", dtype=torch.bfloat16)``: the seqmix ops take the bfloat16
+        activations that autocast produces."""
+        return self.config["train"].get("precision", "fp32")
+
     @torch.no_grad()
     def generate(self, prompt, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
-                 seed=0):
+                 seed=0, precision=None):
         """Samples a continuation with incremental decoding (each new token costs one step
         of every mixer's cache, as ``seqmix generate``), in eval mode.
 
@@ -155,6 +171,7 @@ class Model(CppModule):
             max_new_tokens: tokens to generate (>= 0).
             temperature: 0 = greedy; top_k: keep the k most likely (0 = all); top_p: nucleus
                 sampling threshold in (0, 1]; seed: the sampler's seed (same seed, same text).
+            precision: "fp32" or "bf16" (default: the run's train.precision, ``precision``).
 
         Returns:
             str for a text prompt (invalid UTF-8 at a byte-level model's cut is replaced by
@@ -165,12 +182,14 @@ class Model(CppModule):
         _int("top_k", top_k)
         _float("temperature", temperature, 0.0, float("inf"))
         _float("top_p", top_p, 0.0, 1.0, low_open=True)
+        autocast = _autocast(self.precision if precision is None else precision)
         was_training = self.training
         self.eval()
         try:
             args = (max_new_tokens, float(temperature), top_k, float(top_p), seed)
             if isinstance(prompt, str):
-                out = _C.generate_text(self._cpp, self.tokenizer, prompt, *args)
+                with autocast:
+                    out = _C.generate_text(self._cpp, self.tokenizer, prompt, *args)
                 return out.decode("utf-8", errors="replace")
             if isinstance(prompt, torch.Tensor):
                 if prompt.dim() != 1 or prompt.dtype.is_floating_point:
@@ -180,15 +199,17 @@ class Model(CppModule):
             if not isinstance(prompt, (list, tuple)) or not all(
                     isinstance(t, int) and not isinstance(t, bool) for t in prompt):
                 raise TypeError("prompt: expected a str or a list of token ids")
-            return _C.generate_tokens(self._cpp, list(prompt), *args)
+            with autocast:
+                return _C.generate_tokens(self._cpp, list(prompt), *args)
         finally:
             self.train(was_training)
 
     @torch.no_grad()
-    def evaluate(self, data=None, *, split=None, batch_size=None):
+    def evaluate(self, data=None, *, split=None, batch_size=None, precision=None):
         """``seqmix eval`` on this model: the held-out split of the configuration's corpus
         (or ``data``, a corpus name or text file, ``split`` 'valid' or 'test'), scored with the
-        training objective over non-overlapping windows of max_len.
+        training objective over non-overlapping windows of max_len, in ``precision`` ("fp32"
+        or "bf16"; default: the run's train.precision).
 
         Returns:
             dict with split, loss (nats per token), perplexity, bpc (bits per byte of text),
@@ -201,12 +222,14 @@ class Model(CppModule):
             raise TypeError(f"data: expected a corpus name or path, got {type(data).__name__}")
         if split is not None and split not in ("valid", "test"):
             raise ValueError(f"split: expected 'valid' or 'test', got {split!r}")
+        autocast = _autocast(self.precision if precision is None else precision)
         was_training = self.training
         self.eval()
         try:
-            return _C.evaluate(self._cpp, self._run_config, self.tokenizer,
-                               os.fspath(data) if data is not None else "", split or "",
-                               batch_size)
+            with autocast:
+                return _C.evaluate(self._cpp, self._run_config, self.tokenizer,
+                                   os.fspath(data) if data is not None else "", split or "",
+                                   batch_size)
         finally:
             self.train(was_training)
 

@@ -4,7 +4,10 @@ Each function calls the C++ op of libseqmix (include/seqmix/ops/*.h) on the tens
 with no copy: the optimised CPU kernel by default (``impl='kernel'``), or the literal paper
 algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both carry
 their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
-``gradcheck``) works through them. Inputs are CPU tensors of one dtype, float32 or float64.
+``gradcheck``) works through them. Inputs are CPU tensors of one dtype, float32 or float64;
+or, for mixed precision (``torch.autocast("cpu", dtype=torch.bfloat16)``), bfloat16
+activations with float32 parameters: the op computes in float32 and returns bfloat16, the
+parameters' gradients are float32.
 
 Legend: B batch, L sequence length, D channels, H heads (attention) or channels (CES).
 
@@ -66,7 +69,7 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
     Bidirectional: channels [0, D/2) run the prefix form, [D/2, D) the mirrored suffix form.
 
     Args:
-        a: A = X W_A [B, L, D], float32 or float64.
+        a: A = X W_A [B, L, D], float32, float64 or bfloat16 (with float32 ``w``).
         v: V = X W_V [B, L, D], same dtype.
         w: level parameters [K, D], K >= ceil(log2 L) (``aib_num_levels``); may be None when
             ``weights='ones'``.
@@ -146,7 +149,7 @@ def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
     bidirectional adds sum_{n > t} Re(c' mu'^(n-t-1)) x_n with the second half of the rows.
 
     Args:
-        x: [B, L, H] float32 or float64.
+        x: [B, L, H] float32 or float64 (or bfloat16, with float32 coefficients).
         coef: ``ces_coefficients(...)`` with C = H rows (causal) or 2 H (bidirectional: rows
             [0, H) forward, [H, 2H) backward).
         mask: [B, L] bool (True = valid) or None; padded inputs are zeroed, their outputs 0.
@@ -174,7 +177,7 @@ def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
     M = -inf for padded keys and, if causal, future keys. A query that sees no key outputs 0.
 
     Args:
-        q, k, v: [B, H, L, d_head], float32 or float64.
+        q, k, v: [B, H, L, d_head], float32, float64 or bfloat16.
         key_mask: [B, L] bool (True = valid key) or None.
         direction: 'causal' or 'bidirectional'.
         impl: 'kernel' (fused, flash-attention's scheme on the CPU: never stores the [L, L]
@@ -196,7 +199,7 @@ def extractor_conv(x, w, *, impl="kernel"):
         ext[i] = sum_{k=0..i} x[i - k] @ W[k]
 
     Args:
-        x: [B, t, D] float32 or float64.
+        x: [B, t, D] float32 or float64 (or bfloat16, with float32 ``w``).
         w: [l, D, D] lag matrices, l >= t.
         impl: 'kernel' (FFT over the sequence, one batched complex matmul per frequency) or
             'reference' (the literal per-lag sum, O(t^2 D^2)).

@@ -285,3 +285,17 @@ print("survived")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "survived", p.stdout
     assert "no error" not in p.stdout, p.stdout
+
+
+def test_precision_of_a_run(cli_run):
+    """Model.precision is the run's train.precision; evaluate and generate take another."""
+    model = seqmix.load(cli_run)
+    assert model.precision == "fp32"
+    fp32 = model.evaluate()
+    bf16 = model.evaluate(precision="bf16")
+    assert bf16["tokens"] == fp32["tokens"]
+    assert bf16["loss"] != fp32["loss"]  # the products really ran in bfloat16
+    assert abs(bf16["loss"] - fp32["loss"]) < 0.02 * fp32["loss"], (bf16, fp32)
+    assert len(model.generate("the", 5, seed=1, precision="bf16")) >= 3
+    with pytest.raises(ValueError, match="precision"):
+        model.evaluate(precision="fp16")

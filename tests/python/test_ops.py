@@ -181,3 +181,28 @@ print("survived")
     p = run_python(code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().endswith("survived")
+
+
+def test_ops_take_bfloat16_under_autocast():
+    """torch.autocast's bfloat16 activations with float32 parameters: every op returns
+    bfloat16 close to its float32 result, and the parameters' gradients stay float32."""
+    a, v, w, mask = _aib_inputs(L=40, D=8, dtype=torch.float32, masked=True)
+    o32 = so.aib_scan(a, v, w, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ab, vb = (torch.nn.functional.linear(t, torch.eye(8)) for t in (a, v))
+        assert ab.dtype == torch.bfloat16
+        o = so.aib_scan(ab, vb, w, mask)
+    assert o.dtype == torch.bfloat16
+    assert (o.float() - o32).abs().max() < 0.05 * o32.abs().max()
+    o.float().sum().backward()
+    assert w.grad.dtype == torch.float32 and torch.isfinite(w.grad).all()
+    q = torch.randn(2, 2, 16, 8).bfloat16()
+    out = so.attention(q, q, q)
+    assert out.dtype == torch.bfloat16
+    ref = so.attention(q.float(), q.float(), q.float())
+    assert (out.float() - ref).abs().max() < 0.05 * ref.abs().max()
+    x = torch.randn(2, 16, 8).bfloat16()
+    wx = 0.3 * torch.randn(16, 8, 8)
+    assert so.extractor_conv(x, wx).dtype == torch.bfloat16
+    with pytest.raises((RuntimeError, ValueError), match="bfloat16|dtype"):
+        so.aib_scan(a.half(), v.half(), w, mask)
