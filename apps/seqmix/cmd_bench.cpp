@@ -52,6 +52,20 @@ void report_row(bool json, std::vector<nlohmann::json>& rows, const nlohmann::js
   }
 }
 
+// What runs the matrix products at `precision` (checked here, before anything runs).
+std::string kernels_description(const std::string& precision) {
+  nn::Precision p;
+  try {
+    p = nn::parse_precision(precision);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--precision: ") + e.what());
+  }
+  return p == nn::Precision::bf16
+             ? "bf16 (" + util::onednn_description() + "; fp32 products: " +
+                   util::blas_description() + ")"
+             : "fp32 (" + util::blas_description() + ")";
+}
+
 // `seqmix bench models`: whole models, a training step per length (bench/models_bench.h).
 int run_models(BenchFlags& f, const CLI::App& cmd) {
   for (const char* flag : {"--ops", "--heads"})
@@ -60,6 +74,7 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
                                   ": not an option of `bench models` (it takes --models, "
                                   "--n-heads, --layers, --d-ff)");
   auto& m = f.models;
+  m.precision = f.options.precision;
   if (cmd.count("--L") > 0) m.lengths = f.options.lengths;
   if (cmd.count("--B") > 0) m.batch = f.options.batch;
   if (cmd.count("--D") > 0) m.d_model = f.options.d_model;
@@ -73,12 +88,12 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
   util::check_threads(f.blas_threads, "--blas-threads");
   const int64_t n = util::configure_threads(f.threads, f.blas_threads);
   for (const auto& name : m.models) bench::models_bench_config(name, m, 2);  // before any run
+  const std::string kernels = kernels_description(m.precision);
   if (!f.json)
     fmt::print(stderr,
                "seqmix bench models: training steps, B={} d_model={} layers={} d_ff={} heads={} "
-               "reps={} threads={} blas={} (float32)\n",
-               m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n,
-               util::blas_description());
+               "reps={} threads={} {}\n",
+               m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n, kernels);
   std::vector<nlohmann::json> rows;
   bench::run_models_bench(m, [&](nlohmann::json row) {
     report_row(f.json, rows, row);
@@ -110,9 +125,10 @@ int run_bench(BenchFlags& f, const CLI::App& cmd) {
   util::check_threads(f.blas_threads, "--blas-threads");
   const int64_t n = util::configure_threads(f.threads, f.blas_threads);
   std::vector<nlohmann::json> rows;
+  const std::string kernels = kernels_description(o.precision);
   if (!f.json)
-    fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} blas={} (float32)\n",
-               f.mode, o.batch, o.d_model, o.n_heads, o.reps, n, util::blas_description());
+    fmt::print(stderr, "seqmix bench {}: B={} D={} heads={} reps={} threads={} {}\n", f.mode,
+               o.batch, o.d_model, o.n_heads, o.reps, n, kernels);
   bench::run_ops_bench(o, [&](nlohmann::json row) {
     if (row.value("op", "") == "stream_triad") row["blas"] = util::blas_description();
     report_row(f.json, rows, row);
@@ -151,6 +167,8 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all)");
   cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");
+  cmd->add_option("--precision", f->options.precision,
+                  "fp32 or bf16: bfloat16 activations (op rows) or autocast (layers, models)");
   std::string model_names;
   for (const auto& name : bench::models_bench_names())
     model_names += (model_names.empty() ? "" : ",") + name;

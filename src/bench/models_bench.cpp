@@ -10,6 +10,7 @@
 
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/models/presets.h"
+#include "seqmix/nn/precision.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/plot.h"
 #include "seqmix/util/memory.h"
@@ -50,6 +51,7 @@ void run_models_bench(const ModelsBenchOptions& o,
   for (const int64_t L : o.lengths)
     if (L < 2) throw std::invalid_argument("bench models: sequence lengths must be >= 2");
   for (const auto& name : o.models) models_bench_config(name, o, 2);  // names first
+  const nn::Precision precision = nn::parse_precision(o.precision);
   util::install_memory_counter();
   for (const int64_t L : o.lengths) {
     for (const auto& name : o.models) {
@@ -57,7 +59,8 @@ void run_models_bench(const ModelsBenchOptions& o,
       const models::ModelConfig config = models_bench_config(name, o, L);
       nlohmann::json row = {{"model", name},        {"L", L},
                             {"B", o.batch},         {"D", o.d_model},
-                            {"layers", o.n_layers}, {"parameters", config.num_parameters_approx()}};
+                            {"layers", o.n_layers}, {"parameters", config.num_parameters_approx()},
+                            {"precision", o.precision}};
       train::RunConfig run;
       run.model = config;
       run.train.batch_size = o.batch;
@@ -79,7 +82,11 @@ void run_models_bench(const ModelsBenchOptions& o,
       const at::Tensor x = tokens.narrow(1, 0, L), y = tokens.narrow(1, 1, L).reshape({-1});
       auto step = [&] {
         opt.zero_grad();
-        const at::Tensor logits = model->forward(x);
+        at::Tensor logits;
+        {
+          const nn::AutocastGuard autocast(precision);
+          logits = model->forward(x).to(at::kFloat);
+        }
         at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}), y).backward();
         opt.step();
       };

@@ -1,4 +1,5 @@
 #include "seqmix/bench/ops_bench.h"
+#include "seqmix/nn/precision.h"
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -153,22 +154,32 @@ void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
 }
 
 // One mixer layer on x [B, L, D] (no mask), input and parameter gradients cleared each run.
-Timing measure_mixer(nn::MixerImpl& layer, int64_t B, int64_t L, int64_t D, int64_t reps) {
+// Under bf16 the forward runs under autocast (nn/precision.h), the input staying float32 as
+// a block's normalised residual stream is.
+Timing measure_mixer(nn::MixerImpl& layer, int64_t B, int64_t L, int64_t D, int64_t reps,
+                     nn::Precision precision) {
   std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
   return measure(
       [&](bool) {
         zero_grads(layer, xs);
+        const nn::AutocastGuard autocast(precision);
         return layer.forward(xs[0], {});
       },
       reps);
 }
 
 // Times one op row: the case at [B, L, D], its float32 inputs, every gradient.
-Timing measure_op(const OpRow& row, int64_t B, int64_t L, int64_t D, int64_t reps) {
+// Under bf16, the activations (inputs with a sequence axis) are bfloat16 and the parameters
+// float32, as under autocast.
+Timing measure_op(const OpRow& row, int64_t B, int64_t L, int64_t D, int64_t reps,
+                  nn::Precision precision) {
   const ops::OpCase c = row.c->at_shape(B, L, D);
   const ops::OpInputs in = c.make_inputs(at::kFloat, 0);
   std::vector<at::Tensor> xs;
-  for (const auto& i : in.inputs) xs.push_back(i.value.detach().requires_grad_(i.requires_grad));
+  for (const auto& i : in.inputs) {
+    const bool low = precision == nn::Precision::bf16 && i.seq_dim >= 0;
+    xs.push_back((low ? i.value.to(at::kBFloat16) : i.value).detach().requires_grad_(i.requires_grad));
+  }
   const ops::OpFn& f = c.implementation(row.backend);
   torch::nn::Module none;
   return measure(
@@ -247,6 +258,7 @@ void run_ops_bench(const OpsBenchOptions& o,
     throw std::invalid_argument("bench: B, D, heads and reps must be positive, heads dividing D");
   for (int64_t L : o.lengths)
     if (L < 1) throw std::invalid_argument("bench: sequence lengths must be positive");
+  const nn::Precision precision = nn::parse_precision(o.precision);
   util::install_memory_counter();
   torch::manual_seed(0);
   const double triad = stream_triad_gbps();
@@ -261,7 +273,7 @@ void run_ops_bench(const OpsBenchOptions& o,
       // case before, with other shapes, would only fragment the heap, and they hide memory
       // from MemAvailable, which the skip test reads.
       util::release_free_heap();
-      nlohmann::json row = {{"op", op}, {"L", L}, {"B", B}, {"D", D}};
+      nlohmann::json row = {{"op", op}, {"L", L}, {"B", B}, {"D", D}, {"precision", o.precision}};
       const int64_t need = estimate_bytes(op, B, L, D, H);
       if (need > mem_available_bytes() * 8 / 10) {
         row["skipped"] = fmt::format("needs ~{:.1f} GiB, more than 80% of the {:.1f} GiB available",
@@ -275,24 +287,30 @@ void run_ops_bench(const OpsBenchOptions& o,
                                        [&](const OpRow& r) { return r.name == op; });
       if (row_of != op_rows().end()) {
         try {
-          t = measure_op(*row_of, B, L, D, o.reps);
+          t = measure_op(*row_of, B, L, D, o.reps, precision);
         } catch (const std::invalid_argument& e) {  // a shape the configuration cannot take
           row["skipped"] = e.what();
           emit(row);
           continue;
         }
         if (op == "aib_scan_kernel")
-          row["fwd_gbps"] = 3.0 * 4.0 * static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
+          row["fwd_gbps"] = 3.0 * (precision == nn::Precision::bf16 ? 2.0 : 4.0) *
+                            static_cast<double>(B * L * D) / (t.fwd_ms * 1e6);
       } else if (op == "extractor_fast" || op == "extractor_reference") {
         // The whole layer (eqs. 18-20), with l = the longest L of the run.
         nn::Extractor layer(nn::ExtractorOptions(D, max_L).backend(
             op == "extractor_fast" ? ops::Backend::kernel : ops::Backend::reference));
-        t = measure_mixer(*layer, B, L, D, o.reps);
+        t = measure_mixer(*layer, B, L, D, o.reps, precision);
       } else if (op == "prefix_sum_a" || op == "prefix_sum_b") {
+        if (precision != nn::Precision::fp32) {
+          row["skipped"] = "aib-net Fig. 3 is timed in fp32 only";
+          emit(row);
+          continue;
+        }
         t = measure_prefix_sum(op == "prefix_sum_b", B, L, D, o.reps);
       } else if (op == "aib_layer") {
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
-        t = measure_mixer(*layer, B, L, D, o.reps);
+        t = measure_mixer(*layer, B, L, D, o.reps, precision);
       } else {
         // The fastest softmax attention: seqmix's fused kernel, or either implementation
         // LibTorch offers here (matmul + softmax, i.e. our reference; SDPA).
@@ -311,7 +329,7 @@ void run_ops_bench(const OpsBenchOptions& o,
           nn::SelfAttention layer(nn::SelfAttentionOptions(D, H)
                                       .use_sdpa(name == "scaled_dot_product_attention")
                                       .backend(backend));
-          const Timing ti = measure_mixer(*layer, B, L, D, o.reps);
+          const Timing ti = measure_mixer(*layer, B, L, D, o.reps, precision);
           row["candidates"][name] = {{"fwd_ms", ti.fwd_ms},
                                      {"fwd_bwd_ms", ti.fwd_bwd_ms},
                                      {"peak_mib", static_cast<double>(ti.peak_bytes) / (1 << 20)}};

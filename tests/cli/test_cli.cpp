@@ -308,11 +308,35 @@ TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
   png.read(magic.data(), 4);
   EXPECT_EQ(std::string(magic.data() + 1, 3), "PNG");
 
+  // bf16: every model and every op row runs (bfloat16 activations, autocast for layers).
+  const auto b = run("bench models --L 16 --D 16 --layers 1 --d-ff 32 --n-heads 2 --reps 1 "
+                     "--threads 1 --json --precision bf16");
+  ASSERT_EQ(b.code, 0) << b.output;
+  const auto brows = json_lines(b.output);
+  ASSERT_EQ(brows.size(), 5u) << b.output;
+  for (const auto& row : brows) {
+    EXPECT_EQ(row["precision"], "bf16") << row.dump();
+    EXPECT_GT(row["tokens_per_s"].get<double>(), 0) << row.dump();
+  }
+  const auto o = run("bench ops --L 64 --B 1 --D 64 --heads 1 --reps 1 --threads 1 --json "
+                     "--precision bf16 --ops aib_scan_kernel,ces_scan_kernel,attention_kernel,"
+                     "extractor_conv_kernel,aib_layer");
+  ASSERT_EQ(o.code, 0) << o.output;
+  const auto orows = json_lines(o.output);
+  ASSERT_EQ(orows.size(), 6u) << o.output;  // the STREAM triad, then the five rows
+  for (size_t i = 1; i < orows.size(); ++i) {
+    EXPECT_FALSE(orows[i].contains("skipped")) << orows[i].dump();
+    EXPECT_EQ(orows[i]["precision"], "bf16") << orows[i].dump();
+    EXPECT_GT(orows[i]["fwd_bwd_ms"].get<double>(), 0) << orows[i].dump();
+  }
+
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"bench models --ops aib_layer", "--ops: not an option of `bench models`"},
            {"bench ops --layers 2", "--layers: an option of `bench models` only"},
            {"bench models --models gpt", "bench models: unknown model 'gpt'"},
-           {"bench models --plot " + dir + "/m.txt", "--plot: must name a .png file"}}) {
+           {"bench models --plot " + dir + "/m.txt", "--plot: must name a .png file"},
+           {"bench ops --precision fp16", "--precision: unknown precision 'fp16'"},
+           {"bench models --precision fp16 --json", "--precision: unknown precision 'fp16'"}}) {
     const auto bad = run(args);
     EXPECT_EQ(bad.code, 1) << args << "\n" << bad.output;
     EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;

@@ -40,6 +40,8 @@ struct ModelsBenchOptions {
   int64_t d_ff = 1024;   ///< FFN width (ESMLP: its hidden width)
   int64_t n_heads = 4;
   int64_t reps = 3;
+  /// "fp32" or "bf16": the training step under bfloat16 autocast (nn/precision.h).
+  std::string precision = "fp32";
 };
 
 /// The names `models` accepts, for help texts.

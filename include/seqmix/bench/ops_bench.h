@@ -49,6 +49,9 @@ struct OpsBenchOptions {
   int64_t d_model = 512;
   int64_t n_heads = 8;
   int64_t reps = 5;
+  /// "fp32" or "bf16": the op rows take bfloat16 activations (float32 parameters), the layer
+  /// rows run under bfloat16 autocast (nn/precision.h).
+  std::string precision = "fp32";
   std::vector<std::string> ops = {"aib_scan_kernel", "aib_scan_reference", "aib_layer",
                                   "attention_layer"};
 
