@@ -12,12 +12,24 @@ namespace {
 
 int64_t levels_for(int64_t L) { return L > 1 ? aib_num_levels(L) : 0; }
 
+// The raw bits of a bfloat16 tensor, as the kernels take them.
+const uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+uint16_t* bf16_bits(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// Kernel parameters for a and v of dtype T, or of bfloat16 with T = float (lw is float then).
 template <typename T>
 cpu::AIBScanParams<T> make_params(const at::Tensor& a, const at::Tensor& v, const at::Tensor& lw,
                                   const at::Tensor& mask, bool bidirectional) {
   cpu::AIBScanParams<T> p;
-  p.a = a.data_ptr<T>();
-  p.v = v.data_ptr<T>();
+  if (detail::is_bf16(a)) {
+    p.bf16.a = bf16_bits(a);
+    p.bf16.v = bf16_bits(v);
+  } else {
+    p.a = a.data_ptr<T>();
+    p.v = v.data_ptr<T>();
+  }
   p.lw = lw.data_ptr<T>();
   p.mask = mask.numel() > 0 ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
   p.B = a.size(0);
@@ -47,6 +59,12 @@ at::Tensor forward_impl(const at::Tensor& a, const at::Tensor& v, const at::Tens
                         const at::Tensor& mask, bool bidirectional) {
   at::Tensor o = at::empty_like(a);
   if (a.numel() == 0) return o;
+  if (detail::is_bf16(a)) {
+    auto p = make_params<float>(a, v, lw, mask, bidirectional);
+    p.bf16.o = bf16_bits(o);
+    run_items<float>(p, false, cpu::aib_scan_forward<float>);
+    return o;
+  }
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "aib_scan_fused_forward", [&] {
     auto p = make_params<scalar_t>(a, v, lw, mask, bidirectional);
     p.o = o.data_ptr<scalar_t>();
@@ -70,19 +88,28 @@ class AIBScanFunction : public torch::autograd::Function<AIBScanFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &a = saved[0], &v = saved[1], &lw = saved[2], &mask = saved[3];
     const bool bidirectional = ctx->saved_data["bidirectional"].toBool();
-    const at::Tensor go = grads[0].contiguous();
+    const at::Tensor go = grads[0].to(a.scalar_type()).contiguous();
     at::Tensor ga = at::empty_like(a), gv = at::empty_like(v), glw = at::zeros_like(lw);
     const int64_t K = levels_for(a.size(1));
     if (a.numel() > 0) {
-      at::Tensor partial = at::zeros({a.size(0), K, a.size(2)}, a.options().dtype(at::kDouble));
-      AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "aib_scan_fused_backward", [&] {
-        auto p = make_params<scalar_t>(a, v, lw, mask, bidirectional);
-        p.grad_o = go.data_ptr<scalar_t>();
-        p.grad_a = ga.data_ptr<scalar_t>();
-        p.grad_v = gv.data_ptr<scalar_t>();
+      at::Tensor partial = at::zeros({a.size(0), K, a.size(2)}, lw.options().dtype(at::kDouble));
+      if (detail::is_bf16(a)) {
+        auto p = make_params<float>(a, v, lw, mask, bidirectional);
+        p.bf16.grad_o = bf16_bits(go);
+        p.bf16.grad_a = bf16_bits(ga);
+        p.bf16.grad_v = bf16_bits(gv);
         p.grad_lw = partial.data_ptr<double>();
-        run_items<scalar_t>(p, true, cpu::aib_scan_backward<scalar_t>);
-      });
+        run_items<float>(p, true, cpu::aib_scan_backward<float>);
+      } else {
+        AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "aib_scan_fused_backward", [&] {
+          auto p = make_params<scalar_t>(a, v, lw, mask, bidirectional);
+          p.grad_o = go.data_ptr<scalar_t>();
+          p.grad_a = ga.data_ptr<scalar_t>();
+          p.grad_v = gv.data_ptr<scalar_t>();
+          p.grad_lw = partial.data_ptr<double>();
+          run_items<scalar_t>(p, true, cpu::aib_scan_backward<scalar_t>);
+        });
+      }
       if (K > 0) glw.narrow(0, 0, K).copy_(partial.sum(0));
     } else {
       ga.zero_();
@@ -98,21 +125,21 @@ at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Te
                           const at::Tensor& mask, Direction direction, AIBWeights weights) {
   aib_check_inputs("aib_scan_fused", a, v, w, mask, direction, weights);
   const detail::AutocastOff autocast_off;
-  if (detail::is_bf16(a))
-    return aib_scan_fused(detail::widen(a), detail::widen(v), detail::widen(w), mask, direction,
-                          weights)
-        .to(at::kBFloat16);
   // The kernel takes log W; how W is parameterised stays in ATen, where autograd handles it.
+  // bfloat16 A and V go into the kernel as they are (read and written in bfloat16, computed
+  // in float32); log W is float32 then.
+  const at::Tensor w32 = detail::widen(w);
   at::Tensor lw;
   switch (weights) {
     case AIBWeights::prefix_exp:
-      lw = at::cumsum(w, 0);
+      lw = at::cumsum(w32, 0);
       break;
     case AIBWeights::exp:
-      lw = w;
+      lw = w32;
       break;
     case AIBWeights::ones:
-      lw = at::zeros({std::max<int64_t>(1, levels_for(a.size(1))), a.size(2)}, a.options());
+      lw = at::zeros({std::max<int64_t>(1, levels_for(a.size(1))), a.size(2)},
+                     a.options().dtype(detail::is_bf16(a) ? at::kFloat : a.scalar_type()));
       break;
   }
   return AIBScanFunction::apply(a.contiguous(), v.contiguous(), lw.contiguous(),

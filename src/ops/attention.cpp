@@ -37,13 +37,24 @@ void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, cons
               ": key_mask must be a CPU tensor, got ", key_mask.device());
 }
 
+const uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// Kernel parameters for q, k, v of dtype T, or of bfloat16 with T = float.
 template <typename T>
 cpu::AttentionParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& key_mask, bool causal) {
   cpu::AttentionParams<T> p;
-  p.q = q.data_ptr<T>();
-  p.k = k.data_ptr<T>();
-  p.v = v.data_ptr<T>();
+  if (detail::is_bf16(q)) {
+    p.bf16.q = bf16_bits(q);
+    p.bf16.k = bf16_bits(k);
+    p.bf16.v = bf16_bits(v);
+  } else {
+    p.q = q.data_ptr<T>();
+    p.k = k.data_ptr<T>();
+    p.v = v.data_ptr<T>();
+  }
   p.key_mask =
       key_mask.numel() > 0 ? reinterpret_cast<const uint8_t*>(key_mask.data_ptr<bool>()) : nullptr;
   p.H = q.size(1);
@@ -55,28 +66,41 @@ cpu::AttentionParams<T> make_params(const at::Tensor& q, const at::Tensor& k, co
   return p;
 }
 
+// Calls f(T{}) with T the kernel's arithmetic type for q's dtype: float for float32 and
+// bfloat16 (whose inputs the kernel reads as they are), double for float64.
+template <typename F>
+void dispatch_arithmetic(const at::Tensor& q, F&& f) {
+  if (q.scalar_type() == at::kDouble) return f(double{});
+  return f(float{});
+}
+
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
+  // q, k, v: float32, float64 or bfloat16. With bfloat16 the kernel computes in float32 and
+  // its outputs are rounded once; the float32 output is what backward reads.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_mask,
                             bool causal) {
-    at::Tensor o = at::empty_like(q);  // every row is written (0 for a row without keys)
-    at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    const auto arith = detail::is_bf16(q) ? at::kFloat : q.scalar_type();
+    // Every row is written (0 for a row without keys).
+    at::Tensor o = at::empty(q.sizes(), q.options().dtype(arith));
+    at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(arith));
     if (q.numel() > 0) {
-      AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
-        auto p = make_params<scalar_t>(q, k, v, key_mask, causal);
-        p.o = o.data_ptr<scalar_t>();
-        p.lse = lse.data_ptr<scalar_t>();
+      dispatch_arithmetic(q, [&](auto zero) {
+        using T = decltype(zero);
+        auto p = make_params<T>(q, k, v, key_mask, causal);
+        p.o = o.data_ptr<T>();
+        p.lse = lse.data_ptr<T>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
           // Uninitialised: the kernel zeroes its scratch itself.
-          std::unique_ptr<scalar_t[]> scratch(new scalar_t[cpu::attention_scratch_elems(p, false)]);
-          cpu::attention_forward<scalar_t>(p, begin, end, scratch.get());
+          std::unique_ptr<T[]> scratch(new T[cpu::attention_scratch_elems(p, false)]);
+          cpu::attention_forward<T>(p, begin, end, scratch.get());
         });
       });
     }
     ctx->save_for_backward({q, k, v, key_mask, o, lse});
     ctx->saved_data["causal"] = causal;
-    return o;
+    return o.to(q.scalar_type());
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -88,24 +112,29 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     TORCH_CHECK(!at::GradMode::is_enabled(),
                 "attention_kernel: double backward is not supported (use "
                 "model.attention.impl = \"reference\")");
-    const at::Tensor go = grads[0].contiguous();
-    at::Tensor gq = at::empty_like(q), gk = at::empty_like(k), gv = at::empty_like(v);
+    const at::Tensor go = grads[0].to(q.scalar_type()).contiguous();
+    at::Tensor gq = at::empty_like(o), gk = at::empty_like(o), gv = at::empty_like(o);
     if (q.numel() > 0) {
-      AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
-        auto p = make_params<scalar_t>(q, k, v, key_mask, ctx->saved_data["causal"].toBool());
-        p.o = const_cast<scalar_t*>(o.data_ptr<scalar_t>());
-        p.lse = const_cast<scalar_t*>(lse.data_ptr<scalar_t>());
-        p.grad_o = go.data_ptr<scalar_t>();
-        p.grad_q = gq.data_ptr<scalar_t>();
-        p.grad_k = gk.data_ptr<scalar_t>();
-        p.grad_v = gv.data_ptr<scalar_t>();
+      dispatch_arithmetic(q, [&](auto zero) {
+        using T = decltype(zero);
+        auto p = make_params<T>(q, k, v, key_mask, ctx->saved_data["causal"].toBool());
+        p.o = const_cast<T*>(o.data_ptr<T>());
+        p.lse = const_cast<T*>(lse.data_ptr<T>());
+        if (detail::is_bf16(go))
+          p.bf16.grad_o = bf16_bits(go);
+        else
+          p.grad_o = go.data_ptr<T>();
+        p.grad_q = gq.data_ptr<T>();
+        p.grad_k = gk.data_ptr<T>();
+        p.grad_v = gv.data_ptr<T>();
         at::parallel_for(0, p.BH, 1, [&](int64_t begin, int64_t end) {
-          std::unique_ptr<scalar_t[]> scratch(new scalar_t[cpu::attention_scratch_elems(p, true)]);
-          cpu::attention_backward<scalar_t>(p, begin, end, scratch.get());
+          std::unique_ptr<T[]> scratch(new T[cpu::attention_scratch_elems(p, true)]);
+          cpu::attention_backward<T>(p, begin, end, scratch.get());
         });
       });
     }
-    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+    const auto out = q.scalar_type();
+    return {gq.to(out), gk.to(out), gv.to(out), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -145,10 +174,6 @@ at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& key_mask, Direction direction) {
   check_inputs("attention_kernel", q, k, v, key_mask);
   const detail::AutocastOff autocast_off;
-  if (detail::is_bf16(q))
-    return attention_kernel(detail::widen(q), detail::widen(k), detail::widen(v), key_mask,
-                            direction)
-        .to(at::kBFloat16);
   return AttentionFunction::apply(
       q.contiguous(), k.contiguous(), v.contiguous(),
       key_mask.defined() ? key_mask.contiguous() : at::empty({0}, at::kBool),

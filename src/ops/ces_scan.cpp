@@ -49,11 +49,12 @@ CESCoefficients widened(const CESCoefficients& c) {
 at::Tensor re(const at::Tensor& z) { return z.select(1, 0); }
 at::Tensor im(const at::Tensor& z) { return z.select(1, 1); }
 
-template <typename T>
-cpu::CESScanParams<T> make_params(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
-                                  const at::Tensor& mask, bool bidirectional) {
-  cpu::CESScanParams<T> p;
-  p.x = x.data_ptr<T>();
+template <typename T, typename S>
+cpu::CESScanParams<T, S> make_params(const at::Tensor& x, const at::Tensor& mu,
+                                     const at::Tensor& c, const at::Tensor& mask,
+                                     bool bidirectional) {
+  cpu::CESScanParams<T, S> p;
+  p.x = x.data_ptr<S>();
   p.mu = mu.data_ptr<T>();
   p.c = c.data_ptr<T>();
   p.mask = mask.numel() > 0 ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
@@ -64,8 +65,44 @@ cpu::CESScanParams<T> make_params(const at::Tensor& x, const at::Tensor& mu, con
   return p;
 }
 
+// The arithmetic type T and the storage type S of one kernel instance.
+template <typename TT, typename SS>
+struct KernelTypes {
+  using T = TT;
+  using S = SS;
+};
+
+// Calls f(KernelTypes<T, S>{}) for x's dtype: (float, float), (double, double), or
+// (float, bfloat16).
+template <typename F>
+void dispatch_types(const at::Tensor& x, F&& f) {
+  switch (x.scalar_type()) {
+    case at::kFloat:
+      return f(KernelTypes<float, float>{});
+    case at::kDouble:
+      return f(KernelTypes<double, double>{});
+    case at::kBFloat16:
+      return f(KernelTypes<float, c10::BFloat16>{});
+    default:
+      TORCH_CHECK(false, "ces_scan_kernel: unexpected dtype ", x.scalar_type());
+  }
+}
+
+// Runs the kernel's items over LibTorch's threads, each with its own `acc` buffer when the
+// kernel needs one (allocated through ATen, so memory accounting sees it).
+template <typename T, typename S, typename Kernel>
+void run_items(const cpu::CESScanParams<T, S>& p, Kernel kernel) {
+  const int64_t acc_elems = cpu::ces_scratch_elems(p);
+  at::parallel_for(0, cpu::ces_work_items(p.B, p.H), 1, [&](int64_t begin, int64_t end) {
+    at::Tensor acc;
+    if (acc_elems > 0) acc = at::empty({acc_elems}, at::CppTypeToScalarType<T>::value);
+    kernel(p, begin, end, acc_elems > 0 ? acc.data_ptr<T>() : nullptr);
+  });
+}
+
 class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
  public:
+  // x is float32, float64 or bfloat16; mu and c are float32 with bfloat16 x, else x's dtype.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& mu, const at::Tensor& c, const at::Tensor& mask,
                             bool bidirectional) {
@@ -73,12 +110,12 @@ class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
     ctx->saved_data["bidirectional"] = bidirectional;
     at::Tensor y = at::empty_like(x);
     if (x.numel() == 0) return y;
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ces_scan_forward", [&] {
-      auto p = make_params<scalar_t>(x, mu, c, mask, bidirectional);
-      p.y = y.data_ptr<scalar_t>();
-      at::parallel_for(0, cpu::ces_work_items(p.B, p.H), 1, [&](int64_t begin, int64_t end) {
-        cpu::ces_scan_forward<scalar_t>(p, begin, end);
-      });
+    dispatch_types(x, [&](auto types) {
+      using T = typename decltype(types)::T;
+      using S = typename decltype(types)::S;
+      auto p = make_params<T, S>(x, mu, c, mask, bidirectional);
+      p.y = y.data_ptr<S>();
+      run_items(p, cpu::ces_scan_forward<T, S>);
     });
     return y;
   }
@@ -88,21 +125,21 @@ class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &mu = saved[1], &c = saved[2], &mask = saved[3];
     const bool bidirectional = ctx->saved_data["bidirectional"].toBool();
-    const at::Tensor gy = grads[0].contiguous();
+    const at::Tensor gy = grads[0].to(x.scalar_type()).contiguous();
     at::Tensor gx = at::empty_like(x);
     const auto dopt = x.options().dtype(at::kDouble);
     at::Tensor gmu = at::zeros({x.size(0), mu.size(0), 2}, dopt);
     at::Tensor gc = at::zeros({x.size(0), c.size(0), 2}, dopt);
     if (x.numel() > 0) {
-      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ces_scan_backward", [&] {
-        auto p = make_params<scalar_t>(x, mu, c, mask, bidirectional);
-        p.grad_y = gy.data_ptr<scalar_t>();
-        p.grad_x = gx.data_ptr<scalar_t>();
+      dispatch_types(x, [&](auto types) {
+        using T = typename decltype(types)::T;
+        using S = typename decltype(types)::S;
+        auto p = make_params<T, S>(x, mu, c, mask, bidirectional);
+        p.grad_y = gy.data_ptr<S>();
+        p.grad_x = gx.data_ptr<S>();
         p.grad_mu = gmu.data_ptr<double>();
         p.grad_c = gc.data_ptr<double>();
-        at::parallel_for(0, cpu::ces_work_items(p.B, p.H), 1, [&](int64_t begin, int64_t end) {
-          cpu::ces_scan_backward<scalar_t>(p, begin, end);
-        });
+        run_items(p, cpu::ces_scan_backward<T, S>);
       });
     } else {
       gx.zero_();
@@ -185,8 +222,10 @@ at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, con
                            Direction direction) {
   check_scan("ces_scan_kernel", x, coef, mask, direction);
   const detail::AutocastOff autocast_off;
-  if (detail::is_bf16(x)) return ces_scan_kernel(detail::widen(x), widened(coef), mask, direction).to(at::kBFloat16);
-  return CESScanFunction::apply(x.contiguous(), coef.mu.contiguous(), coef.c.contiguous(),
+  // bfloat16 x goes into the kernel as it is (read and written in bfloat16, computed in
+  // float32); its coefficients are widened to float32.
+  return CESScanFunction::apply(x.contiguous(), detail::widen(coef.mu).contiguous(),
+                                detail::widen(coef.c).contiguous(),
                                 mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool),
                                 direction == Direction::bidirectional);
 }

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 #include <filesystem>
 #include <optional>
 
@@ -293,6 +296,30 @@ std::string nonfinite(double loss, models::SequenceModel& model) {
       return fmt::format("the gradient of parameter '{}' is not finite", p.key());
   }
   return {};
+}
+
+// The gradient norm of each part of the model, before clipping: "tok_emb", "blocks.0",
+// "blocks.1", ..., "norm_f", "cls_head" (a parameter's name up to its block index). Shows
+// where the gradient reaches and where it vanishes, e.g. in the lower blocks of a deep stack.
+nlohmann::json grad_norms_by_block(models::SequenceModel& model) {
+  std::vector<std::pair<std::string, double>> sums;  // registration order
+  for (const auto& p : model->named_parameters()) {
+    const at::Tensor& g = p.value().grad();
+    if (!g.defined()) continue;
+    const std::string& name = p.key();
+    size_t cut = name.find('.');
+    if (cut != std::string::npos && name.compare(0, cut, "blocks") == 0)
+      cut = name.find('.', cut + 1);
+    std::string part = name.substr(0, cut);
+    const double sq = g.to(at::kDouble).pow(2).sum().item<double>();
+    if (sums.empty() || sums.back().first != part)
+      sums.emplace_back(std::move(part), sq);
+    else
+      sums.back().second += sq;
+  }
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [part, sq] : sums) out[part] = std::sqrt(sq);
+  return out;
 }
 
 // The run folder's files while a run writes them (see train()'s contract in trainer.h).
@@ -740,6 +767,9 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     // norm is taken (and logged) even without clipping: finite gradients can still have a
     // norm that overflows.
     std::string bad = nonfinite(l, model);
+    const bool log_now = done % t.log_interval == 0 || done == t.max_steps;
+    nlohmann::json grad_norms;
+    if (bad.empty() && log_now) grad_norms = grad_norms_by_block(model);
     if (bad.empty()) {
       grad_norm = torch::nn::utils::clip_grad_norm_(
           model->parameters(),
@@ -780,7 +810,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
         say("warning: " + w);
       }
     }
-    if ((done % t.log_interval == 0 || done == t.max_steps) && loss_n > 0) {
+    if (log_now && loss_n > 0) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_log).count();
       t_log = now;
@@ -797,6 +827,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
       // (held-out lines carry it for every tokenizer).
       if (!task) line["perplexity"] = std::exp(mean);
       if (plan.train_bpc) line["bpc"] = mean / std::log(2.0);
+      if (!grad_norms.is_null()) line["grad_norms"] = grad_norms;
       if (count_sum > 0)
         line["accuracy"] = static_cast<double>(correct_sum) / static_cast<double>(count_sum);
       if (group) {

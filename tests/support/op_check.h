@@ -265,6 +265,26 @@ inline void check_op_case(const ops::OpCase& c, const OpCheckOptions& o = {},
         EXPECT_EQ(max_at(kb.out.to(at::kDouble), pad_out), 0.0)
             << "outputs at padded positions (bf16)";
       }
+      // Rounded once: each bfloat16 result is the kernel's float32 result on the same values
+      // (bfloat16 activations widened, which is exact) rounded to nearest, so it lies within
+      // half a bfloat16 ulp of it, at most 2^-8 of its magnitude (plus float32's own slack,
+      // 1e-6 of the tensor's scale: the two runs may differ in the last float32 bits). Converting around a float32 kernel
+      // meets this; so must a kernel that reads and writes bfloat16 itself. Parameter
+      // gradients stay float32 and match to float32 accuracy.
+      const OpRun kw = run_op(c.kernel, inb.to(at::kFloat), gob.to(at::kFloat));
+      const auto wv = all(kw);
+      for (size_t i = 0; i < kv.size(); ++i) {
+        if (!kv[i].defined()) continue;
+        const at::Tensor got = kv[i].to(at::kDouble), want = wv[i].to(at::kDouble);
+        const at::Tensor excess = (got - want).abs() - std::ldexp(1.0, -8) * want.abs() -
+                                  1e-6 * want.abs().max();
+        if (kv[i].scalar_type() == at::kBFloat16)
+          EXPECT_LE(excess.max().item<double>(), 1e-30)
+              << quantity(inb, i) << ": a bfloat16 result is further than half a bfloat16 ulp "
+              << "from the kernel's float32 result";
+        else
+          EXPECT_LE(rel_err(kv[i], wv[i]), 1e-5) << quantity(inb, i) << " (bf16 vs float32 run)";
+      }
     }
 
     // 3. Padded rows.

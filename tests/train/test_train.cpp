@@ -77,6 +77,20 @@ TEST(Train, HeldOutLossFallsForWeirdNetAndTransformer) {
     ASSERT_EQ(lines.size(), 61u);
     EXPECT_EQ(lines.back()["split"], "valid");
     EXPECT_NEAR(lines.back()["bpc"].get<double>(), r.eval_bpc, 1e-12);
+    // Per-part gradient norms: every block has its own, and together they make grad_norm.
+    for (const auto& l : {lines.front(), lines[lines.size() - 2]}) {
+      ASSERT_TRUE(l.contains("grad_norms")) << l.dump();
+      const auto& parts = l["grad_norms"];
+      for (const char* part : {"tok_emb", "blocks.0", "blocks.1"}) {
+        ASSERT_TRUE(parts.contains(part)) << family << ": " << parts.dump();
+        EXPECT_GT(parts[part].get<double>(), 0) << family << " " << part;
+      }
+      EXPECT_FALSE(parts.contains("blocks")) << parts.dump();
+      double sq = 0;
+      for (const auto& [part, norm] : parts.items()) sq += norm.get<double>() * norm.get<double>();
+      EXPECT_NEAR(std::sqrt(sq), l["grad_norm"].get<double>(), 1e-4 * l["grad_norm"].get<double>())
+          << family << ": " << parts.dump();
+    }
   }
 }
 

@@ -122,7 +122,9 @@ class LossSpikeWatch {
 /// The run folder: config.toml always describes checkpoint.pt (it is written with the first
 /// checkpoint of a resumed or overwriting run); metrics.jsonl gets one JSON object per line,
 /// each with "step" and "time_s" (the run's wall time, seconds): training lines
-/// {"split": "train", "loss", "lr", "grad_norm", ...}, evaluation lines {"split": "valid" |
+/// {"split": "train", "loss", "lr", "grad_norm", "grad_norms", ...} (grad_norm: the logged
+/// step's global gradient norm before clipping; grad_norms: the same per part of the model,
+/// {"tok_emb": ..., "blocks.0": ..., ...}), evaluation lines {"split": "valid" |
 /// "test" | "train_eval", "final", ...} and events {"event": "skipped_step" | "warning" |
 /// "interrupted", ...}. A run that fails before its first checkpoint removes the files it
 /// created (and the folder, if it created it).

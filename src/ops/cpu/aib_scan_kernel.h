@@ -45,6 +45,13 @@ struct AIBScanParams {
   double* grad_lw = nullptr;  // [B, K, D] per-sequence partial sums (caller reduces over B)
   int64_t B = 0, L = 0, D = 0, K = 0;
   bool bidirectional = false;  // channels [D/2, D) run the suffix form
+  // Mixed precision (T = float only): a tensor given here, as the raw bits of bfloat16
+  // [B, L, D], replaces its float pointer above. Its values are widened as they are read and
+  // rounded to nearest even once as they are written; the arithmetic stays float.
+  struct {
+    const uint16_t *a = nullptr, *v = nullptr, *grad_o = nullptr;
+    uint16_t *o = nullptr, *grad_a = nullptr, *grad_v = nullptr;
+  } bf16;
 };
 
 /// Number of channels per work item for scalar type T (one 64-byte vector).

@@ -245,32 +245,47 @@ void backward_block_exact(const AIBScanParams<T>& p, void* scratch) {
 // exponent path, which overwrites everything it wrote.
 
 // Position q of one channel block in scan order: p + q * step (step = +-D), n valid lanes.
+// With bfloat16 storage (mixed precision, T = float) pb replaces p: rows are widened to
+// float as they are read.
 template <typename T>
 struct Src {
   const T* p = nullptr;
+  const uint16_t* pb = nullptr;
   int64_t step = 0, n = 0;
 };
 
 template <typename T>
 inline V<T> get(const Src<T>& s, int64_t q) {
+  if constexpr (std::is_same_v<T, float>)
+    if (s.pb) return load_bf16(s.pb + q * s.step, s.n);
   return load(s.p + q * s.step, s.n);
 }
 
 template <typename T>
 inline void prefetch(const Src<T>& s, int64_t q) {
-  _mm_prefetch(reinterpret_cast<const char*>(s.p + q * s.step), _MM_HINT_T0);
+  const char* at = s.pb ? reinterpret_cast<const char*>(s.pb + q * s.step)
+                        : reinterpret_cast<const char*>(s.p + q * s.step);
+  _mm_prefetch(at, _MM_HINT_T0);
 }
 
-// Where a block's results go (same addressing as Src). Full aligned vectors are written with
-// streaming stores: whole cache lines that are not read back here, so no read-for-ownership.
+// Where a block's results go (same addressing as Src; pb: bfloat16 storage, each value
+// rounded once as it is written). Full aligned vectors are written with streaming stores:
+// whole cache lines that are not read back here, so no read-for-ownership.
 template <typename T>
 struct Dest {
   T* p = nullptr;
+  uint16_t* pb = nullptr;
   int64_t step = 0, n = 0;
 };
 
 template <typename T>
 inline void put(const Dest<T>& d, int64_t q, V<T> x) {
+  if constexpr (std::is_same_v<T, float>)
+    if (d.pb) {
+      // Half a cache line per row: streaming it would write partial lines.
+      store_bf16(d.pb + q * d.step, x, d.n);
+      return;
+    }
   T* ptr = d.p + q * d.step;
   if (d.n != Traits<T>::N || (reinterpret_cast<uintptr_t>(ptr) & 63) != 0) {
     store(ptr, x, d.n);
@@ -847,19 +862,25 @@ FastBlock<T> block_of(const AIBScanParams<T>& p, const Item& g, int64_t k, const
   T* lw = st.lw + k * p.K * N;
   for (int64_t j = 0; j < p.K; ++j) store(lw + j * N, load(p.lw + j * p.D + c0, nc), N);
   const int64_t off = (g.b * L + (g.rev ? L - 1 : 0)) * p.D + c0, step = g.rev ? -p.D : p.D;
-  auto src = [&](const T* x) { return x ? Src<T>{x + off, step, nc} : Src<T>{}; };
-  auto dst = [&](T* x) { return x ? Dest<T>{x + off, step, nc} : Dest<T>{}; };
+  auto src = [&](const T* x, const uint16_t* xb) {
+    if (xb) return Src<T>{nullptr, xb + off, step, nc};
+    return x ? Src<T>{x + off, nullptr, step, nc} : Src<T>{};
+  };
+  auto dst = [&](T* x, uint16_t* xb) {
+    if (xb) return Dest<T>{nullptr, xb + off, step, nc};
+    return x ? Dest<T>{x + off, nullptr, step, nc} : Dest<T>{};
+  };
   FastBlock<T> b;
   b.L = L;
   b.K = p.K;
   b.mask = p.mask ? st.mask : nullptr;
   b.lw = lw;
-  b.a = src(p.a);
-  b.v = src(p.v);
-  b.go = src(p.grad_o);
-  b.o = dst(p.o);
-  b.ga = dst(p.grad_a);
-  b.gv = dst(p.grad_v);
+  b.a = src(p.a, p.bf16.a);
+  b.v = src(p.v, p.bf16.v);
+  b.go = src(p.grad_o, p.bf16.grad_o);
+  b.o = dst(p.o, p.bf16.o);
+  b.ga = dst(p.grad_a, p.bf16.grad_a);
+  b.gv = dst(p.grad_v, p.bf16.grad_v);
   return b;
 }
 
@@ -877,7 +898,7 @@ void stage_in(const Src<T>& s, T* dst, int64_t L) {
 template <typename T>
 void stage_out(const T* src, const Dest<T>& d, int64_t L) {
   for (int64_t q = 0; q < L; ++q)
-    store(d.p + q * d.step, load(src + q * Traits<T>::N, Traits<T>::N), d.n);
+    put(d, q, load(src + q * Traits<T>::N, Traits<T>::N));
 }
 
 // The dense [1, L, N] problem of a staged block, for the exponent path.

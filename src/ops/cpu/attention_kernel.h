@@ -30,6 +30,13 @@ struct AttentionParams {
   int64_t BH = 0, H = 1, L = 0, dh = 0;
   T scale = 1;
   bool causal = false;
+  // Mixed precision (T = float only): an input given here, as the raw bits of bfloat16
+  // [BH, L, dh], replaces its float pointer above; it is widened as the item copies it into
+  // scratch. Outputs stay float (the caller rounds them), and so does o, which backward reads
+  // for its row term dO . O.
+  struct {
+    const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *grad_o = nullptr;
+  } bf16;
 };
 
 /// Elements of T one range of items needs as scratch (the caller allocates it: the per-ISA

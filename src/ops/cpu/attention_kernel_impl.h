@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention_kernel.h"
 #include "vec_math_impl.h"
@@ -143,6 +144,30 @@ void columns(const T* P, int64_t R, int64_t ld, int64_t n, const T* X, int64_t D
     }
 }
 
+// An item's view of one input: T values, or the raw bits of bfloat16 values (T = float)
+// when the caller gave them so (AttentionParams::bf16), widened as they are read.
+template <typename T>
+struct In {
+  const T* p = nullptr;
+  const uint16_t* pb = nullptr;
+  T operator[](int64_t i) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (pb) {
+        const uint32_t bits = static_cast<uint32_t>(pb[i]) << 16;
+        float x;
+        std::memcpy(&x, &bits, sizeof(x));
+        return x;
+      }
+    return p[i];
+  }
+};
+
+// Elements [offset, ...) of an input given as T (p) or as bfloat16 (pb).
+template <typename T>
+In<T> input(const T* p, const uint16_t* pb, int64_t offset) {
+  return pb ? In<T>{nullptr, pb + offset} : In<T>{p + offset, nullptr};
+}
+
 // One item's padded copies and the per-block buffers, carved out of the caller's scratch
 // (attention_scratch gives its size) and zeroed once per range of items: the padding stays 0.
 template <typename T>
@@ -193,8 +218,8 @@ struct Scratch {
 template <typename T>
 void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool backward) {
   const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
-  const T* k = p.k + bh * L * dh;
-  const T* v = p.v + bh * L * dh;
+  const In<T> k = input(p.k, p.bf16.k, bh * L * dh);
+  const In<T> v = input(p.v, p.bf16.v, bh * L * dh);
   for (int64_t j = 0; j < L; ++j)
     for (int64_t d = 0; d < dh; ++d) {
       w.kt[d * LP + j] = k[j * dh + d];
@@ -211,7 +236,7 @@ void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool back
 
 // Copies rows [r0, r0 + R) of src [L][dh] into dst [BR][DP] times `mul`, zero elsewhere.
 template <typename T>
-void load_rows(const T* src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& w, T* dst) {
+void load_rows(In<T> src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& w, T* dst) {
   for (int64_t i = 0; i < w.BR * w.DP; ++i) dst[i] = 0;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t d = 0; d < dh; ++d) dst[r * w.DP + d] = mul * src[(r0 + r) * dh + d];
@@ -244,7 +269,7 @@ int64_t block_keys(const AttentionParams<T>& p, int64_t r0, int64_t R, const Scr
 // Forward and backward both call this, so backward's scores are forward's to the last bit and
 // exp(S - lse) is exactly the forward probability.
 template <typename T>
-void block_scores(const AttentionParams<T>& p, const T* q, int64_t r0, int64_t R, int64_t n,
+void block_scores(const AttentionParams<T>& p, In<T> q, int64_t r0, int64_t R, int64_t n,
                   Scratch<T>& w) {
   load_rows(q, r0, R, p.dh, p.scale, w, w.qs);
   scores(w.qs, R, w.DP, w.kt, w.LP, n, w.s);
@@ -257,7 +282,7 @@ void forward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* s
   const int64_t L = p.L, dh = p.dh, DP = w.DP, LP = w.LP;
   for (int64_t bh = begin; bh < end; ++bh) {
     load_item(p, bh, w, false);
-    const T* q = p.q + bh * L * dh;
+    const In<T> q = input(p.q, p.bf16.q, bh * L * dh);
     T* o = p.o + bh * L * dh;
     T* lse = p.lse + bh * L;
     for (int64_t r0 = 0; r0 < L; r0 += w.BR) {
@@ -302,9 +327,9 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* 
   for (int64_t bh = begin; bh < end; ++bh) {
     load_item(p, bh, w, true);
     for (int64_t i = 0; i < LP * DP; ++i) w.dk[i] = w.dv[i] = 0;
-    const T* q = p.q + bh * L * dh;
+    const In<T> q = input(p.q, p.bf16.q, bh * L * dh);
     const T* o = p.o + bh * L * dh;
-    const T* go = p.grad_o + bh * L * dh;
+    const In<T> go = input(p.grad_o, p.bf16.grad_o, bh * L * dh);
     const T* lse = p.lse + bh * L;
     T* gq = p.grad_q + bh * L * dh;
     for (int64_t r0 = 0; r0 < L; r0 += w.BR) {

@@ -47,7 +47,8 @@ Item item_of(int64_t item, int64_t H) {
 template <typename T>
 struct Coef {
   T mr[NC], mi[NC], cr[NC], ci[NC];
-  Coef(const CESScanParams<T>& p, int64_t prow, int64_t nc) {
+  template <typename S>
+  Coef(const CESScanParams<T, S>& p, int64_t prow, int64_t nc) {
     for (int64_t k = 0; k < nc; ++k) {
       mr[k] = p.mu[2 * (prow + k)];
       mi[k] = p.mu[2 * (prow + k) + 1];
@@ -66,51 +67,76 @@ inline bool valid_at(const uint8_t* mask, int64_t b, int64_t L, int64_t t) {
 // requested explicitly.
 constexpr int64_t kPrefetchRows = 4;
 
-template <typename T>
-inline void prefetch_row(const T* base, const CESScanParams<T>& p, const Item& it, int64_t t) {
-  if (t < 0 || t >= p.L) return;
-  const char* row = reinterpret_cast<const char*>(base + (it.b * p.L + t) * p.H + it.c0);
-  for (int64_t off = 0; off < it.nc * static_cast<int64_t>(sizeof(T)); off += 64)
+template <typename S>
+inline void prefetch_row(const S* base, int64_t L, int64_t H, const Item& it, int64_t t) {
+  if (t < 0 || t >= L) return;
+  const char* row = reinterpret_cast<const char*>(base + (it.b * L + t) * H + it.c0);
+  for (int64_t off = 0; off < it.nc * static_cast<int64_t>(sizeof(S)); off += 64)
     __builtin_prefetch(row + off);
 }
 
-// Writes n values of a row that is not read again by this pass with streaming stores (whole
-// cache lines, no read-for-ownership) where the row is 64-byte aligned; otherwise plainly.
-template <typename T>
-inline void stream_row(T* dst, const T* src, int64_t n) {
+// Writes n values of a row that is not read again by this pass. In the arithmetic type:
+// streaming stores (whole cache lines, no read-for-ownership) where the row is 64-byte
+// aligned, otherwise plainly. In bfloat16: rounded once, plain stores.
+template <typename S, typename T>
+inline void store_row(S* dst, const T* src, int64_t n) {
   int64_t j = 0;
-  if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0) {
-    constexpr int64_t per = 16 / static_cast<int64_t>(sizeof(T));  // elements per 16 bytes
-    for (; j + per <= n; j += per) {
-      if constexpr (std::is_same_v<T, float>)
-        _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
-      else
-        _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+  if constexpr (std::is_same_v<S, T>) {
+    if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0) {
+      constexpr int64_t per = 16 / static_cast<int64_t>(sizeof(T));  // elements per 16 bytes
+      for (; j + per <= n; j += per) {
+        if constexpr (std::is_same_v<T, float>)
+          _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+        else
+          _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+      }
     }
   }
-  for (; j < n; ++j) dst[j] = src[j];
+  for (; j < n; ++j) dst[j] = static_cast<S>(src[j]);
 }
 
-// One form over item `it`: prefix (suffix = false) writes y; suffix adds to it.
-template <typename T>
-void forward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
+// The rows the bidirectional form's prefix pass leaves for its suffix pass to add to: the
+// output itself when it is stored in the arithmetic type, else the float buffer `acc`
+// ([L][nc], row t at t * nc).
+template <typename T, typename S>
+inline T* kept_row(S* out, T* acc, int64_t t, int64_t nc) {
+  if constexpr (std::is_same_v<S, T>)
+    return out;
+  else
+    return acc + t * nc;
+}
+
+// Adds `add` to the kept prefix result of one element and stores the sum as the final value.
+template <typename T, typename S>
+inline void finish_element(S& out, const T* kept, int64_t j, T add) {
+  if constexpr (std::is_same_v<S, T>)
+    out += add;
+  else
+    out = static_cast<S>(kept[j] + add);
+}
+
+// One form over item `it`: prefix (suffix = false) writes y (bidirectional: its kept rows);
+// suffix adds to them and writes y.
+template <typename T, typename S>
+void forward_form(const CESScanParams<T, S>& p, const Item& it, bool suffix, T* acc) {
   const int64_t L = p.L, H = p.H, nc = it.nc;
   const Coef<T> k(p, (suffix ? H : 0) + it.c0, nc);
   T sr[NC] = {}, si[NC] = {};
   for (int64_t step = 0; step < L; ++step) {
     const int64_t t = suffix ? L - 1 - step : step;
-    prefetch_row(p.x, p, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
-    const T* x = p.x + (it.b * L + t) * H + it.c0;
-    T* y = p.y + (it.b * L + t) * H + it.c0;
+    prefetch_row(p.x, L, H, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
+    const S* x = p.x + (it.b * L + t) * H + it.c0;
+    S* y = p.y + (it.b * L + t) * H + it.c0;
+    T* kept = p.bidirectional ? kept_row(y, acc, t, nc) : nullptr;
     const bool valid = valid_at(p.mask, it.b, L, t);
     if (!suffix) {
       // The causal form's output is final here: it leaves by streaming stores. (The suffix
       // pass of the bidirectional form reads it back, so there it stays in cache.)
       T out[NC];
-      T* o = p.bidirectional ? y : out;
+      T* o = p.bidirectional ? kept : out;
       if (valid) {
         for (int64_t j = 0; j < nc; ++j) {
-          const T nr = k.mr[j] * sr[j] - k.mi[j] * si[j] + x[j];
+          const T nr = k.mr[j] * sr[j] - k.mi[j] * si[j] + static_cast<T>(x[j]);
           const T ni = k.mr[j] * si[j] + k.mi[j] * sr[j];
           sr[j] = nr;
           si[j] = ni;
@@ -125,11 +151,11 @@ void forward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
           o[j] = 0;
         }
       }
-      if (!p.bidirectional) stream_row(y, out, nc);
+      if (!p.bidirectional) store_row(y, out, nc);
     } else {
       for (int64_t j = 0; j < nc; ++j) {
-        if (valid) y[j] += k.cr[j] * sr[j] - k.ci[j] * si[j];
-        const T nr = k.mr[j] * sr[j] - k.mi[j] * si[j] + (valid ? x[j] : T(0));
+        finish_element(y[j], kept, j, valid ? k.cr[j] * sr[j] - k.ci[j] * si[j] : T(0));
+        const T nr = k.mr[j] * sr[j] - k.mi[j] * si[j] + (valid ? static_cast<T>(x[j]) : T(0));
         const T ni = k.mr[j] * si[j] + k.mi[j] * sr[j];
         sr[j] = nr;
         si[j] = ni;
@@ -140,31 +166,33 @@ void forward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
 
 // Backward of one form over item `it`: grad_x (prefix: written, suffix: added) and this
 // form's parameter gradients for sequence it.b.
-template <typename T>
-void backward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
+template <typename T, typename S>
+void backward_form(const CESScanParams<T, S>& p, const Item& it, bool suffix, T* acc) {
   const int64_t L = p.L, H = p.H, nc = it.nc, prow = (suffix ? H : 0) + it.c0;
   const Coef<T> k(p, prow, nc);
   // Pass 1, against the scan order: r = g + mu r, dL/dx = Re(c r) (exclusive: before adding g).
   {
     T rr[NC] = {}, ri[NC] = {};
     T out[NC];
-    const bool stream = !suffix && !p.bidirectional;  // final here, not read back
     for (int64_t step = 0; step < L; ++step) {
       const int64_t t = suffix ? step : L - 1 - step;
-      prefetch_row(p.grad_y, p, it, suffix ? t + kPrefetchRows : t - kPrefetchRows);
-      const T* g = p.grad_y + (it.b * L + t) * H + it.c0;
-      T* dx = p.grad_x + (it.b * L + t) * H + it.c0;
+      prefetch_row(p.grad_y, L, H, it, suffix ? t + kPrefetchRows : t - kPrefetchRows);
+      const S* g = p.grad_y + (it.b * L + t) * H + it.c0;
+      S* dx = p.grad_x + (it.b * L + t) * H + it.c0;
+      T* kept = p.bidirectional ? kept_row(dx, acc, t, nc) : out;
       const bool valid = valid_at(p.mask, it.b, L, t);
       for (int64_t j = 0; j < nc; ++j) {
-        const T gj = valid ? g[j] : T(0);
-        if (suffix && valid) dx[j] += k.cr[j] * rr[j] - k.ci[j] * ri[j];
+        const T gj = valid ? static_cast<T>(g[j]) : T(0);
+        if (suffix) finish_element(dx[j], kept, j, valid ? k.cr[j] * rr[j] - k.ci[j] * ri[j] : T(0));
         const T nr = k.mr[j] * rr[j] - k.mi[j] * ri[j] + gj;
         const T ni = k.mr[j] * ri[j] + k.mi[j] * rr[j];
         rr[j] = nr;
         ri[j] = ni;
-        if (!suffix) (stream ? out : dx)[j] = valid ? k.cr[j] * rr[j] - k.ci[j] * ri[j] : T(0);
+        if (!suffix) kept[j] = valid ? k.cr[j] * rr[j] - k.ci[j] * ri[j] : T(0);
       }
-      if (stream) stream_row(dx, out, nc);
+      // The causal form's gradient is final here (the bidirectional one's waits for the
+      // suffix pass).
+      if (!p.bidirectional) store_row(dx, out, nc);
     }
   }
   // Pass 2, in scan order: s and d = ds/dmu, with the sums of g s and g d.
@@ -172,13 +200,13 @@ void backward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
   double asr[NC] = {}, asi[NC] = {}, adr[NC] = {}, adi[NC] = {};
   for (int64_t step = 0; step < L; ++step) {
     const int64_t t = suffix ? L - 1 - step : step;
-    prefetch_row(p.x, p, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
-    prefetch_row(p.grad_y, p, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
-    const T* x = p.x + (it.b * L + t) * H + it.c0;
-    const T* g = p.grad_y + (it.b * L + t) * H + it.c0;
+    prefetch_row(p.x, L, H, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
+    prefetch_row(p.grad_y, L, H, it, suffix ? t - kPrefetchRows : t + kPrefetchRows);
+    const S* x = p.x + (it.b * L + t) * H + it.c0;
+    const S* g = p.grad_y + (it.b * L + t) * H + it.c0;
     const bool valid = valid_at(p.mask, it.b, L, t);
     for (int64_t j = 0; j < nc; ++j) {
-      const T gj = valid ? g[j] : T(0), xj = valid ? x[j] : T(0);
+      const T gj = valid ? static_cast<T>(g[j]) : T(0), xj = valid ? static_cast<T>(x[j]) : T(0);
       if (suffix) {  // the output reads the state before this token
         asr[j] += gj * sr[j];
         asi[j] += gj * si[j];
@@ -215,29 +243,32 @@ void backward_form(const CESScanParams<T>& p, const Item& it, bool suffix) {
 
 }  // namespace
 
-template <typename T>
-void ces_forward_items(const CESScanParams<T>& p, int64_t begin, int64_t end) {
+template <typename T, typename S>
+void ces_forward_items(const CESScanParams<T, S>& p, int64_t begin, int64_t end, T* acc) {
   for (int64_t item = begin; item < end; ++item) {
     const Item it = item_of(item, p.H);
-    forward_form(p, it, false);
-    if (p.bidirectional) forward_form(p, it, true);
+    forward_form(p, it, false, acc);
+    if (p.bidirectional) forward_form(p, it, true, acc);
   }
   _mm_sfence();  // streaming stores are visible before the caller's threads join
 }
 
-template <typename T>
-void ces_backward_items(const CESScanParams<T>& p, int64_t begin, int64_t end) {
+template <typename T, typename S>
+void ces_backward_items(const CESScanParams<T, S>& p, int64_t begin, int64_t end, T* acc) {
   for (int64_t item = begin; item < end; ++item) {
     const Item it = item_of(item, p.H);
-    backward_form(p, it, false);
-    if (p.bidirectional) backward_form(p, it, true);
+    backward_form(p, it, false, acc);
+    if (p.bidirectional) backward_form(p, it, true, acc);
   }
   _mm_sfence();
 }
 
-template void ces_forward_items<float>(const CESScanParams<float>&, int64_t, int64_t);
-template void ces_forward_items<double>(const CESScanParams<double>&, int64_t, int64_t);
-template void ces_backward_items<float>(const CESScanParams<float>&, int64_t, int64_t);
-template void ces_backward_items<double>(const CESScanParams<double>&, int64_t, int64_t);
+#define SEQMIX_INSTANTIATE(T, S)                                                          \
+  template void ces_forward_items<T, S>(const CESScanParams<T, S>&, int64_t, int64_t, T*); \
+  template void ces_backward_items<T, S>(const CESScanParams<T, S>&, int64_t, int64_t, T*);
+SEQMIX_INSTANTIATE(float, float)
+SEQMIX_INSTANTIATE(double, double)
+SEQMIX_INSTANTIATE(float, c10::BFloat16)
+#undef SEQMIX_INSTANTIATE
 
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA

@@ -139,4 +139,30 @@ inline void store(T* p, V<T> x, int64_t n) {
     std::memcpy(p, &x, sizeof(T) * static_cast<size_t>(n));
 }
 
+// bfloat16 storage (mixed precision) for float vectors: a bfloat16 is the upper half of a
+// float32, kept here as its raw bits.
+typedef uint16_t BF16Bits __attribute__((vector_size(32)));
+typedef uint32_t F32Bits __attribute__((vector_size(64)));
+
+// Loads n <= 16 bfloat16 values as floats (exact).
+inline V<float> load_bf16(const uint16_t* p, int64_t n) {
+  BF16Bits b{};
+  std::memcpy(&b, p, n == 16 ? sizeof(b) : sizeof(uint16_t) * static_cast<size_t>(n));
+  const F32Bits w = __builtin_convertvector(b, F32Bits) << 16;
+  V<float> x;
+  std::memcpy(&x, &w, sizeof(x));
+  return x;
+}
+
+// Rounds n <= 16 floats to bfloat16, to nearest with ties to even, as c10::BFloat16 does
+// (a NaN becomes the quiet NaN 0x7FC0), and stores them.
+inline void store_bf16(uint16_t* p, V<float> x, int64_t n) {
+  F32Bits w;
+  std::memcpy(&w, &x, sizeof(w));
+  const F32Bits rounded = (w + (((w >> 16) & 1u) + 0x7FFFu)) >> 16;
+  const F32Bits r = x != x ? F32Bits{} + 0x7FC0u : rounded;
+  const BF16Bits b = __builtin_convertvector(r, BF16Bits);
+  std::memcpy(p, &b, n == 16 ? sizeof(b) : sizeof(uint16_t) * static_cast<size_t>(n));
+}
+
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA
