@@ -6,8 +6,9 @@ algorithm in ATen ops (``impl='reference'``), which the kernel is tested against
 their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
 ``gradcheck``) works through them. Inputs are CPU tensors of one dtype, float32 or float64;
 or, for mixed precision (``torch.autocast("cpu", dtype=torch.bfloat16)``), bfloat16
-activations with float32 parameters: the op computes in float32 and returns bfloat16, the
-parameters' gradients are float32.
+activations with float32 parameters: the op computes in float32 and returns bfloat16
+(rounded once), the parameters' gradients are float32. The AIB, CES and attention kernels
+read bfloat16 directly, without a float32 copy of their inputs.
 
 Legend: B batch, L sequence length, D channels, H heads (attention) or channels (CES).
 

@@ -52,7 +52,8 @@ at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n);
 /// through ATen), stabilised by subtracting the per-(batch, channel) maximum of A over valid
 /// positions (which leaves O unchanged).
 ///
-/// @param a     A = X W_A (+ b_A), [B, L, D], float32 or float64.
+/// @param a     A = X W_A (+ b_A), [B, L, D], float32 or float64, or bfloat16 (mixed
+///              precision, common.h).
 /// @param v     V = X W_V (+ b_V), [B, L, D], same dtype as `a`.
 /// @param w     level parameters [K, D] with 2^K >= L (unused when weights == ones, may then
 ///              be undefined).
@@ -71,7 +72,8 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
                                 const at::Tensor& mask, Direction direction, AIBWeights weights);
 
 /// The fused CPU kernel (src/ops/cpu/aib_scan_kernel.h) as a torch::autograd::Function:
-/// forward and backward in float32 and float64, gradients for A, V and w.
+/// forward and backward in float32 and float64 (and bfloat16 A, V: common.h), gradients for
+/// A, V and w.
 ///
 /// Same contract as aib_scan_reference, with a stronger numerical guarantee: no overflow and
 /// no NaN wherever the exact result is finite. Method (details in src/ops/cpu/):

@@ -21,7 +21,8 @@ namespace seqmix::ops {
 
 /// Literal eq. 1 in ATen ops: the [B, H, L, L] scores, a masked fill, softmax, and a second
 /// matrix product; autograd through ATen. O(B H L^2) memory: the test oracle.
-/// @param q, k, v   [B, H, L, d_head], float32 or float64, one dtype.
+/// @param q, k, v   [B, H, L, d_head], float32 or float64, one dtype; or bfloat16 (mixed
+///                  precision, common.h).
 /// @param key_mask  [B, L] bool (true = valid key) or undefined (all valid).
 /// @param direction causal: query i sees keys j <= i only; bidirectional: every key.
 /// @param dropout   probability of zeroing an attention probability (inverted dropout, as

@@ -50,7 +50,7 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 /// K[n] = Re(c exp(n q)), n = 0 .. L-1 ([C, L]), (bidirectional: [K_fwd, 0 .. 0, flip(K_bwd)]
 /// over 2 L), then a circular FFT convolution of length 2 L with the zero-padded input.
 /// O(B H L log L); autograd through ATen (complex FFTs).
-/// @param x     [B, L, H] float32 or float64.
+/// @param x     [B, L, H] float32 or float64, or bfloat16 (mixed precision, common.h).
 /// @param coef  from ces_coefficients, C = H or 2 H as `direction` requires.
 /// @return y [B, L, H] (without shortcut).
 /// @throws c10::Error on a shape/dtype mismatch (names the argument).

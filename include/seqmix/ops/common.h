@@ -7,6 +7,15 @@
 
 namespace seqmix::ops {
 
+/// Mixed precision (train.precision = bf16, nn/precision.h), for every op: the activations
+/// (inputs with a sequence axis) may be bfloat16 with float32 (or bfloat16) parameters. The
+/// op then computes in float32 and returns bfloat16 outputs and activation gradients, each
+/// rounded to nearest once (within half a bfloat16 ulp of the float32 computation), and
+/// parameter gradients in the parameters' dtype. The AIB, CES and attention kernels read
+/// bfloat16 directly (AIB and CES also write it), so no float32 copy of an activation is
+/// made; the references and the Extractor's FFT path convert around ATen's float32 ops.
+/// LibTorch's autocast is switched off inside each op.
+
 /// Which implementation of an op runs.
 ///
 /// Example:

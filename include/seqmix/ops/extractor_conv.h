@@ -18,7 +18,7 @@ namespace seqmix::ops {
 
 /// Literal eq. 18: for each lag k < t, ext[:, k:] += x[:, :t-k] @ W[k]. O(t^2 D^2) work, t
 /// matrix products; autograd through ATen.
-/// @param x  [B, t, D], float32 or float64.
+/// @param x  [B, t, D], float32 or float64, or bfloat16 (mixed precision, common.h).
 /// @param w  [l, D, D] lag matrices, same dtype, l >= t.
 /// @return   ext [B, t, D].
 /// @throws std::invalid_argument if shapes or dtypes disagree or t > l (naming both).
