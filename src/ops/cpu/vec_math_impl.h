@@ -147,7 +147,11 @@ typedef uint32_t F32Bits __attribute__((vector_size(64)));
 // Loads n <= 16 bfloat16 values as floats (exact).
 inline V<float> load_bf16(const uint16_t* p, int64_t n) {
   BF16Bits b{};
-  std::memcpy(&b, p, n == 16 ? sizeof(b) : sizeof(uint16_t) * static_cast<size_t>(n));
+  // As in load(): a constant size for the full vector, so no memcpy call.
+  if (n == 16)
+    std::memcpy(&b, p, sizeof(b));
+  else
+    std::memcpy(&b, p, sizeof(uint16_t) * static_cast<size_t>(n));
   const F32Bits w = __builtin_convertvector(b, F32Bits) << 16;
   V<float> x;
   std::memcpy(&x, &w, sizeof(x));
@@ -162,7 +166,10 @@ inline void store_bf16(uint16_t* p, V<float> x, int64_t n) {
   const F32Bits rounded = (w + (((w >> 16) & 1u) + 0x7FFFu)) >> 16;
   const F32Bits r = x != x ? F32Bits{} + 0x7FC0u : rounded;
   const BF16Bits b = __builtin_convertvector(r, BF16Bits);
-  std::memcpy(p, &b, n == 16 ? sizeof(b) : sizeof(uint16_t) * static_cast<size_t>(n));
+  if (n == 16)
+    std::memcpy(p, &b, sizeof(b));
+  else
+    std::memcpy(p, &b, sizeof(uint16_t) * static_cast<size_t>(n));
 }
 
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA
