@@ -311,7 +311,10 @@ nlohmann::json grad_norms_by_block(models::SequenceModel& model) {
     if (cut != std::string::npos && name.compare(0, cut, "blocks") == 0)
       cut = name.find('.', cut + 1);
     std::string part = name.substr(0, cut);
-    const double sq = g.to(at::kDouble).pow(2).sum().item<double>();
+    // The norm in the gradient's dtype (ATen accumulates it in float), squared in double: no
+    // double copy of a large gradient (the Extractor's lag matrices reach gigabytes).
+    const double n = g.norm().item<double>();
+    const double sq = n * n;
     if (sums.empty() || sums.back().first != part)
       sums.emplace_back(std::move(part), sq);
     else
