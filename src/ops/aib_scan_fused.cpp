@@ -12,20 +12,14 @@ namespace {
 
 int64_t levels_for(int64_t L) { return L > 1 ? aib_num_levels(L) : 0; }
 
-// The raw bits of a bfloat16 tensor, as the kernels take them.
-const uint16_t* bf16_bits(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-uint16_t* bf16_bits(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
 // Kernel parameters for a and v of dtype T, or of bfloat16 with T = float (lw is float then).
 template <typename T>
 cpu::AIBScanParams<T> make_params(const at::Tensor& a, const at::Tensor& v, const at::Tensor& lw,
                                   const at::Tensor& mask, bool bidirectional) {
   cpu::AIBScanParams<T> p;
   if (detail::is_bf16(a)) {
-    p.bf16.a = bf16_bits(a);
-    p.bf16.v = bf16_bits(v);
+    p.bf16.a = detail::bf16_bits(a);
+    p.bf16.v = detail::bf16_bits(v);
   } else {
     p.a = a.data_ptr<T>();
     p.v = v.data_ptr<T>();
@@ -61,7 +55,7 @@ at::Tensor forward_impl(const at::Tensor& a, const at::Tensor& v, const at::Tens
   if (a.numel() == 0) return o;
   if (detail::is_bf16(a)) {
     auto p = make_params<float>(a, v, lw, mask, bidirectional);
-    p.bf16.o = bf16_bits(o);
+    p.bf16.o = detail::bf16_bits(o);
     run_items<float>(p, false, cpu::aib_scan_forward<float>);
     return o;
   }
@@ -95,9 +89,9 @@ class AIBScanFunction : public torch::autograd::Function<AIBScanFunction> {
       at::Tensor partial = at::zeros({a.size(0), K, a.size(2)}, lw.options().dtype(at::kDouble));
       if (detail::is_bf16(a)) {
         auto p = make_params<float>(a, v, lw, mask, bidirectional);
-        p.bf16.grad_o = bf16_bits(go);
-        p.bf16.grad_a = bf16_bits(ga);
-        p.bf16.grad_v = bf16_bits(gv);
+        p.bf16.grad_o = detail::bf16_bits(go);
+        p.bf16.grad_a = detail::bf16_bits(ga);
+        p.bf16.grad_v = detail::bf16_bits(gv);
         p.grad_lw = partial.data_ptr<double>();
         run_items<float>(p, true, cpu::aib_scan_backward<float>);
       } else {

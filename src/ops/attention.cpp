@@ -37,19 +37,15 @@ void check_inputs(const char* fn, const at::Tensor& q, const at::Tensor& k, cons
               ": key_mask must be a CPU tensor, got ", key_mask.device());
 }
 
-const uint16_t* bf16_bits(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-
 // Kernel parameters for q, k, v of dtype T, or of bfloat16 with T = float.
 template <typename T>
 cpu::AttentionParams<T> make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& key_mask, bool causal) {
   cpu::AttentionParams<T> p;
   if (detail::is_bf16(q)) {
-    p.bf16.q = bf16_bits(q);
-    p.bf16.k = bf16_bits(k);
-    p.bf16.v = bf16_bits(v);
+    p.bf16.q = detail::bf16_bits(q);
+    p.bf16.k = detail::bf16_bits(k);
+    p.bf16.v = detail::bf16_bits(v);
   } else {
     p.q = q.data_ptr<T>();
     p.k = k.data_ptr<T>();
@@ -121,7 +117,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         p.o = const_cast<T*>(o.data_ptr<T>());
         p.lse = const_cast<T*>(lse.data_ptr<T>());
         if (detail::is_bf16(go))
-          p.bf16.grad_o = bf16_bits(go);
+          p.bf16.grad_o = detail::bf16_bits(go);
         else
           p.grad_o = go.data_ptr<T>();
         p.grad_q = gq.data_ptr<T>();

@@ -32,6 +32,14 @@ class AutocastOff {
   c10::impl::ExcludeDispatchKeyGuard guard_;
 };
 
+// The raw bits of a bfloat16 tensor's storage, as the kernels in cpu/ take them.
+inline const uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+inline uint16_t* bf16_bits(at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
 inline bool activation_dtype_ok(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16;
 }

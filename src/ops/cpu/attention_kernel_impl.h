@@ -152,12 +152,7 @@ struct In {
   const uint16_t* pb = nullptr;
   T operator[](int64_t i) const {
     if constexpr (std::is_same_v<T, float>)
-      if (pb) {
-        const uint32_t bits = static_cast<uint32_t>(pb[i]) << 16;
-        float x;
-        std::memcpy(&x, &bits, sizeof(x));
-        return x;
-      }
+      if (pb) return bf16_value(pb[i]);
     return p[i];
   }
 };

@@ -144,6 +144,14 @@ inline void store(T* p, V<T> x, int64_t n) {
 typedef uint16_t BF16Bits __attribute__((vector_size(32)));
 typedef uint32_t F32Bits __attribute__((vector_size(64)));
 
+// One bfloat16 value (raw bits) as a float (exact).
+inline float bf16_value(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
 // Loads n <= 16 bfloat16 values as floats (exact).
 inline V<float> load_bf16(const uint16_t* p, int64_t n) {
   BF16Bits b{};
