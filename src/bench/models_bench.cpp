@@ -197,14 +197,15 @@ void plot_models_bench(const std::vector<nlohmann::json>& rows, const std::strin
                     first.value("B", int64_t{0}), first.value("D", int64_t{0}),
                     first.value("layers", int64_t{0}))
      << "set logscale xy 2\nset grid\nset key outside right\nset xlabel 'sequence length L'\n"
-     << "set ylabel 'tokens/s'\nplot \\\n";
+     << "set ylabel 'tokens/s'\nset format y '%g'\nplot \\\n";
   // Model names come from models_bench_names() (letters and '-'), never from the user.
   for (size_t i = 0; i < models.size(); ++i)
     gp << "  'models.dat' index " << i << " using 1:2 with linespoints lw 2 pt 7 title '"
        << models[i] << "'" << (i + 1 < models.size() ? ", \\\n" : "\n");
-  gp << "set ylabel 'peak tensor bytes per token'\nplot \\\n";
+  // KiB, printed as plain numbers: gnuplot's default tick format writes 1.67772e+07.
+  gp << "set ylabel 'peak tensor KiB per token'\nset format y '%g'\nplot \\\n";
   for (size_t i = 0; i < models.size(); ++i)
-    gp << "  'models.dat' index " << i << " using 1:3 with linespoints lw 2 pt 7 title '"
+    gp << "  'models.dat' index " << i << " using 1:($3/1024) with linespoints lw 2 pt 7 title '"
        << models[i] << "'" << (i + 1 < models.size() ? ", \\\n" : "\n");
   gp << "unset multiplot\n";
   train::GnuplotJob job;

@@ -28,12 +28,16 @@ at::Tensor random_mask(int64_t B, int64_t L, bool lead) {
 
 class AttentionCase : public ::testing::TestWithParam<seqmix::ops::OpCase> {};
 
-// Both builds of the kernel (the one this CPU runs and the baseline one) against the literal
-// reference: forward, dq, dk, dv, float64 finite differences, float32 2x rule, padded keys.
+// The builds of the kernel (the one this CPU runs; on a CPU with AVX-512 BF16 the same with
+// float32 score products for bfloat16 inputs; the baseline one) against the literal
+// reference: forward, dq, dk, dv, float64 finite differences, float32 2x rule, bfloat16
+// rows, padded keys.
 TEST_P(AttentionCase, KernelMatchesReference) {
   seqmix::testing::check_op_case(
       GetParam(), {},
       {{"this CPU's ISA", nullptr},
+       {"float32 products",
+        [](bool on) { seqmix::ops::cpu::attention_force_float_products(on); }},
        {"baseline ISA", [](bool on) { seqmix::ops::cpu::attention_force_base_isa(on); }}});
 }
 

@@ -40,6 +40,12 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 /// probabilities from the log-sum-exp. O(B H L d_head) memory instead of O(B H L^2).
 /// No dropout on the probabilities (the layer falls back to the reference for that); first-
 /// order gradients only (double backward throws c10::Error).
+/// bfloat16 q, k, v on a CPU with AVX-512 BF16: the score products Q K^T and dO V^T run as
+/// bfloat16 dot products (vdpbf16ps), which multiply exactly and sum in float32, so the
+/// result is still a float32 computation rounded once (only the order of the sums
+/// differs); every other product, the softmax and the outputs stay float32. Inputs below
+/// the smallest normal float (about 1.2e-38) count as 0 in those two products (vdpbf16ps
+/// treats denormals as zero).
 /// Same contract as attention_reference.
 at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& key_mask, Direction direction);

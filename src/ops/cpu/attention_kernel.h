@@ -58,4 +58,8 @@ void attention_backward(const AttentionParams<T>& p, int64_t begin, int64_t end,
 /// Tests: run the baseline-ISA build even on a CPU with AVX-512.
 void attention_force_base_isa(bool base);
 
+/// Tests and benchmarks: compute every product in float32 even for bfloat16 inputs on a CPU
+/// with AVX-512 BF16 (whose build otherwise computes Q K^T and dO V^T in bfloat16).
+void attention_force_float_products(bool on);
+
 }  // namespace seqmix::ops::cpu

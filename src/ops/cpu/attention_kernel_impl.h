@@ -9,6 +9,14 @@
 //   columns:    A[j, :] += sum_r P[r, j] X[r, :]      (P^T dO, dS^T Q)
 // Padded keys carry a -inf bias, so they get probability 0; padded query rows are zero and
 // their results are dropped.
+//
+// The build with SEQMIX_ATTN_BF16_PRODUCTS (AVX-512 BF16, chosen at run time on a CPU that has
+// it) computes the two score products, Q K^T and dO V^T, with bfloat16 dot products
+// (vdpbf16ps) when those inputs are bfloat16: the products of two bfloat16 values are exact in
+// float32 and are summed in float32, so only the order of the sums changes. The products
+// with a computed operand (P V, P^T dO, dS K, dS^T Q) stay in float32: rounding P or dS to
+// bfloat16, as GPU flash-attention does, would round an intermediate and break the
+// "computed in float32, rounded once" contract of include/seqmix/ops/common.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +26,10 @@
 
 #include "attention_kernel.h"
 #include "vec_math_impl.h"
+
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+#include <immintrin.h>
+#endif
 
 #ifndef SEQMIX_ISA
 #error "define SEQMIX_ISA before including attention_kernel_impl.h"
@@ -144,6 +156,61 @@ void columns(const T* P, int64_t R, int64_t ld, int64_t n, const T* X, int64_t D
     }
 }
 
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+// S[r, j0 .. j0 + n) = scale sum_d X[r, d] Y[j, d] for rows r < RT (a multiple of kRowTile)
+// with bfloat16 operands: X [RT][DP] row-major, so (X[r, 2i], X[r, 2i + 1]) is one 32-bit
+// word; Y2 [DP / 2][ld][2], the pairs (Y[j, 2i], Y[j, 2i + 1]) of 16 keys side by side, as
+// vdpbf16ps takes them. A tile is 4 rows x 64 keys in 16 float32 accumulators: each pair step
+// loads 4 key vectors and broadcasts 4 words for 16 dot products.
+inline void scores_bf16(const uint16_t* X, int64_t RT, int64_t DP, const uint16_t* Y2,
+                        int64_t ld, int64_t n, float scale, float* S) {
+  constexpr int64_t N = 16;
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk<float>)
+    for (int64_t r = 0; r < RT; r += kRowTile) {
+      __m512 a[kRowTile][4];
+      for (auto& row : a)
+        for (auto& x : row) x = _mm512_setzero_ps();
+      const uint16_t* x = X + r * DP;
+      for (int64_t i = 0; i < DP / 2; ++i) {
+        const uint16_t* y = Y2 + (i * ld + j0) * 2;
+        __m512bh yv[4];
+        for (int c = 0; c < 4; ++c) yv[c] = (__m512bh)_mm512_loadu_si512(y + c * 2 * N);
+        for (int rr = 0; rr < kRowTile; ++rr) {
+          int32_t w;
+          std::memcpy(&w, x + rr * DP + 2 * i, sizeof w);
+          const __m512bh xv = (__m512bh)_mm512_set1_epi32(w);
+          for (int c = 0; c < 4; ++c) a[rr][c] = _mm512_dpbf16_ps(a[rr][c], xv, yv[c]);
+        }
+      }
+      const __m512 sv = _mm512_set1_ps(scale);
+      for (int rr = 0; rr < kRowTile; ++rr)
+        for (int c = 0; c < 4; ++c)
+          _mm512_storeu_ps(S + (r + rr) * ld + j0 + c * N, _mm512_mul_ps(a[rr][c], sv));
+    }
+}
+#endif
+
+// Whether this build computes a product in bfloat16: it has them (SEQMIX_ATTN_BF16_PRODUCTS)
+// and both inputs are bfloat16. Q K^T decides on q and k alone, so that forward and backward
+// compute the same scores; dO V^T on v and dO.
+template <typename T>
+bool bf16_scores(const AttentionParams<T>& p) {
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+  if constexpr (std::is_same_v<T, float>) return p.bf16.q && p.bf16.k;
+#endif
+  (void)p;
+  return false;
+}
+
+template <typename T>
+bool bf16_dp(const AttentionParams<T>& p) {
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+  if constexpr (std::is_same_v<T, float>) return p.bf16.v && p.bf16.grad_o;
+#endif
+  (void)p;
+  return false;
+}
+
 // An item's view of one input: T values, or the raw bits of bfloat16 values (T = float)
 // when the caller gave them so (AttentionParams::bf16), widened as they are read.
 template <typename T>
@@ -170,6 +237,10 @@ struct Scratch {
   int64_t DP, LP, BR;
   T *kt, *vp, *bias, *qs, *s, *out;          // forward and backward
   T *vt, *kp, *dop, *ds, *dk, *dv, *di;      // backward only
+  // bfloat16 copies for the score products (bf16_scores, bf16_dp): K and V as pairs along d
+  // ([DP / 2][LP][2]), a block's q and dO rows ([BR][DP]). Sized whenever the inputs are
+  // bfloat16, so that every build lays the scratch out alike.
+  uint16_t *kt2, *qb, *vt2, *dob;
 
   Scratch(const AttentionParams<T>& p, bool backward, T* base = nullptr) {
     DP = round_up(p.dh, kN<T>);
@@ -201,9 +272,22 @@ struct Scratch {
       dv = take(LP * DP);
       di = take(BR);
     }
+    // n bfloat16 values in whole elements of T.
+    const auto take16 = [&](int64_t n) {
+      return reinterpret_cast<uint16_t*>(take((n * 2 + sizeof(T) - 1) / sizeof(T)));
+    };
+    kt2 = qb = vt2 = dob = nullptr;
+    if (std::is_same_v<T, float> && (p.bf16.q || p.bf16.v)) {
+      kt2 = take16(DP * LP);
+      qb = take16(BR * DP);
+      if (backward) {
+        vt2 = take16(DP * LP);
+        dob = take16(BR * DP);
+      }
+    }
     elems = at;
-    if (base)
-      for (T* x = base; x < base + at; ++x) *x = 0;
+    // All-zero bits are 0 in float, double and bfloat16 alike.
+    if (base) std::memset(static_cast<void*>(base), 0, sizeof(T) * at);
   }
   int64_t elems;
 };
@@ -224,6 +308,16 @@ void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool back
         w.kp[j * DP + d] = k[j * dh + d];
       }
     }
+  // Raw bits in the pair layout of scores_bf16; d >= dh and j >= L stay 0.
+  const uint16_t* kb = bf16_scores(p) ? p.bf16.k + bh * L * dh : nullptr;
+  const uint16_t* vb = backward && bf16_dp(p) ? p.bf16.v + bh * L * dh : nullptr;
+  if (kb || vb)
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t d = 0; d < dh; ++d) {
+        const int64_t at = ((d / 2) * LP + j) * 2 + d % 2;
+        if (kb) w.kt2[at] = kb[j * dh + d];
+        if (vb) w.vt2[at] = vb[j * dh + d];
+      }
   const uint8_t* km = p.key_mask ? p.key_mask + (bh / p.H) * L : nullptr;
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < LP; ++j) w.bias[j] = j < L && (!km || km[j]) ? T(0) : ninf;
@@ -235,6 +329,15 @@ void load_rows(In<T> src, int64_t r0, int64_t R, int64_t dh, T mul, Scratch<T>& 
   for (int64_t i = 0; i < w.BR * w.DP; ++i) dst[i] = 0;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t d = 0; d < dh; ++d) dst[r * w.DP + d] = mul * src[(r0 + r) * dh + d];
+}
+
+// Copies the raw bfloat16 rows [r0, r0 + R) of src [L][dh] into dst [BR][DP], zero elsewhere.
+template <typename T>
+void load_rows_bf16(const uint16_t* src, int64_t r0, int64_t R, int64_t dh, Scratch<T>& w,
+                    uint16_t* dst) {
+  std::memset(dst, 0, sizeof(uint16_t) * w.BR * w.DP);
+  for (int64_t r = 0; r < R; ++r)
+    std::memcpy(dst + r * w.DP, src + (r0 + r) * dh, sizeof(uint16_t) * dh);
 }
 
 // Sets the scores of masked and padded keys to -inf (a select, not an add: a non-finite k at
@@ -267,6 +370,15 @@ template <typename T>
 void block_scores(const AttentionParams<T>& p, In<T> q, int64_t r0, int64_t R, int64_t n,
                   Scratch<T>& w) {
   load_rows(q, r0, R, p.dh, p.scale, w, w.qs);
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16_scores(p)) {
+      load_rows_bf16(q.pb, r0, R, p.dh, w, w.qb);
+      scores_bf16(w.qb, round_up(R, kRowTile), w.DP, w.kt2, w.LP, n, p.scale, w.s);
+      mask_scores(p, r0, R, n, w);
+      return;
+    }
+#endif
   scores(w.qs, R, w.DP, w.kt, w.LP, n, w.s);
   mask_scores(p, r0, R, n, w);
 }
@@ -350,7 +462,17 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* 
       // dV += P^T dO
       columns(w.s, R, LP, n, w.dop, DP, w.dv);
       // dP = dO V^T, then dS = P (dP - D) in place
-      scores(w.dop, R, DP, w.vt, LP, n, w.ds);
+#ifdef SEQMIX_ATTN_BF16_PRODUCTS
+      if constexpr (std::is_same_v<T, float>)
+        if (bf16_dp(p)) {
+          load_rows_bf16(go.pb, r0, R, dh, w, w.dob);
+          scores_bf16(w.dob, RT, DP, w.vt2, LP, n, 1.0f, w.ds);
+        } else {
+          scores(w.dop, R, DP, w.vt, LP, n, w.ds);
+        }
+      else
+#endif
+        scores(w.dop, R, DP, w.vt, LP, n, w.ds);
       for (int64_t r = 0; r < RT; ++r) {
         T* ds = w.ds + r * LP;
         const T* s = w.s + r * LP;
