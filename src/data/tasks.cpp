@@ -143,11 +143,13 @@ TaskData load_task(const TaskSpec& spec) {
     return d;
   }
   if (spec.name == "pathfinder" || spec.name == "pathx") {
-    const int32_t side = spec.name == "pathx" ? 128 : 32;
+    const int32_t side = spec.pathfinder_resolution > 0 ? spec.pathfinder_resolution
+                         : spec.name == "pathx"         ? 128
+                                                        : 32;
     PathfinderOptions o = pathfinder_options(side);
     o.seed = spec.seed;
     // Path-X images are 16x larger; the default split sizes are what a CPU run uses.
-    if (side == 128) {
+    if (spec.name == "pathx") {
       o.train = 5000;
       o.valid = 500;
       o.test = 1000;

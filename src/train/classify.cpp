@@ -56,6 +56,7 @@ data::TaskSpec task_spec(const RunConfig& config) {
   spec.max_len = config.model.max_len;
   spec.pathfinder_dashes = static_cast<int32_t>(d.pathfinder_dashes);
   spec.pathfinder_distractors = static_cast<int32_t>(d.pathfinder_distractors);
+  spec.pathfinder_resolution = static_cast<int32_t>(d.pathfinder_resolution);
   return spec;
 }
 

@@ -21,6 +21,7 @@
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/listops.h"
+#include "seqmix/data/pathfinder.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
@@ -55,6 +56,8 @@ const std::vector<Field<DataConfig>>& data_fields() {
        "dashes per Pathfinder path (0: 14 at 32 px, LRA's hard set)", {}, true},
       {"pathfinder_distractors", &D::pathfinder_distractors,
        "Pathfinder distractor paths (-1: the default, 5 at 32 px)", {}, true},
+      {"pathfinder_resolution", &D::pathfinder_resolution,
+       "Pathfinder image side in pixels (0: the task's, 32 or 128)", {}, true},
   };
   return f;
 }
@@ -557,10 +560,31 @@ void RunConfig::validate() const {
          "must be -1 (the default) or in [0, " +
              std::to_string(DataConfig::kMaxPathfinderDistractors) + "], got " +
              std::to_string(d.pathfinder_distractors));
-  if ((d.pathfinder_dashes != 0 || d.pathfinder_distractors != -1) && d.task != "pathfinder" &&
-      d.task != "pathx")
-    fail(d.pathfinder_dashes != 0 ? "data.pathfinder_dashes" : "data.pathfinder_distractors",
+  if (d.pathfinder_resolution != 0 &&
+      (d.pathfinder_resolution < data::PathfinderOptions::kMinResolution ||
+       d.pathfinder_resolution > data::PathfinderOptions::kMaxResolution))
+    fail("data.pathfinder_resolution",
+         "must be 0 (the task's: 32 for pathfinder, 128 for pathx) or in [" +
+             std::to_string(data::PathfinderOptions::kMinResolution) + ", " +
+             std::to_string(data::PathfinderOptions::kMaxResolution) + "] pixels, got " +
+             std::to_string(d.pathfinder_resolution));
+  if ((d.pathfinder_dashes != 0 || d.pathfinder_distractors != -1 ||
+       d.pathfinder_resolution != 0) &&
+      d.task != "pathfinder" && d.task != "pathx")
+    fail(d.pathfinder_dashes != 0        ? "data.pathfinder_dashes"
+         : d.pathfinder_distractors != -1 ? "data.pathfinder_distractors"
+                                          : "data.pathfinder_resolution",
          "applies only to the pathfinder and pathx tasks, and data.task is '" + d.task + "'");
+  // A side whose image is longer than the model's positions would be cut when batched.
+  if (d.pathfinder_resolution > 0 && model.max_len > 0 &&
+      d.pathfinder_resolution * d.pathfinder_resolution > model.max_len)
+    fail("data.pathfinder_resolution",
+         std::to_string(d.pathfinder_resolution) + " x " +
+             std::to_string(d.pathfinder_resolution) + " = " +
+             std::to_string(d.pathfinder_resolution * d.pathfinder_resolution) +
+             " pixels exceed model.max_len " + std::to_string(model.max_len) +
+             "; give --max-len " +
+             std::to_string(d.pathfinder_resolution * d.pathfinder_resolution));
   if (!d.task.empty()) {
     const data::TaskInfo* info = nullptr;
     try {

@@ -182,6 +182,14 @@ TEST(Tasks, ConfigErrorsNameTheKey) {
   expect_error({"data.task=listops", "data.pathfinder_distractors=2"},
                "data.pathfinder_distractors: applies only to the pathfinder and pathx tasks, "
                "and data.task is 'listops'");
+  expect_error({"data.task=pathfinder", "data.pathfinder_resolution=8"},
+               "data.pathfinder_resolution: must be 0 (the task's: 32 for pathfinder, 128 for "
+               "pathx) or in [16, 256] pixels, got 8");
+  expect_error({"data.task=image", "data.pathfinder_resolution=16"},
+               "data.pathfinder_resolution: applies only to the pathfinder and pathx tasks");
+  expect_error({"data.task=pathfinder", "data.pathfinder_resolution=64", "model.max_len=1024"},
+               "data.pathfinder_resolution: 64 x 64 = 4096 pixels exceed model.max_len 1024; "
+               "give --max-len 4096");
   try {
     train::make_task_config("extractor-transformer", "text", "paper");
     FAIL() << "no error";
@@ -273,10 +281,16 @@ TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
     return n;
   };
   EXPECT_LT(ink(easy), ink(hard) / 2);
+  spec.pathfinder_resolution = 16;
+  const auto small = data::load_task(spec);
+  EXPECT_NE(small.description.find("16x16"), std::string::npos) << small.description;
+  for (const auto& e : small.splits.train) EXPECT_EQ(e.tokens.size(), 256u);
   // Through the configuration, as `--set data.pathfinder_dashes=6` gives it.
   const auto config = train::resolve_config(
-      "", {"data.task=pathfinder", "data.pathfinder_dashes=6", "data.pathfinder_distractors=0"});
+      "", {"data.task=pathfinder", "data.pathfinder_dashes=6", "data.pathfinder_distractors=0",
+           "data.pathfinder_resolution=16"});
   const auto from_config = train::task_spec(config);
   EXPECT_EQ(from_config.pathfinder_dashes, 6);
   EXPECT_EQ(from_config.pathfinder_distractors, 0);
+  EXPECT_EQ(from_config.pathfinder_resolution, 16);
 }

@@ -51,6 +51,8 @@ struct TaskSpec {
   /// Pathfinder / Path-X only: dashes per target path (0: pathfinder_options' default) and
   /// distractor paths (-1: the default).
   int32_t pathfinder_dashes = 0, pathfinder_distractors = -1;
+  /// Pathfinder / Path-X only: image side in pixels (0: 32 for pathfinder, 128 for pathx).
+  int32_t pathfinder_resolution = 0;
 };
 
 struct TaskData {

@@ -52,6 +52,10 @@ struct DataConfig {
   /// distractor paths (-1: the default, 5 at 32 x 32, 8 at 128 x 128). Other tasks refuse them.
   int64_t pathfinder_dashes = 0;
   int64_t pathfinder_distractors = -1;
+  /// Pathfinder / Path-X image side in pixels (0: the task's, 32 and 128), in [16, 256]:
+  /// the sequence is side^2 pixels, at most model.max_len. Dash lengths, gaps, marker size
+  /// and clearance scale with it (data/pathfinder.h, pathfinder_options).
+  int64_t pathfinder_resolution = 0;
   static constexpr int64_t kMaxPathfinderDashes = 20, kMaxPathfinderDistractors = 20;
 };
 
