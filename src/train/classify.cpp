@@ -57,6 +57,7 @@ data::TaskSpec task_spec(const RunConfig& config) {
   spec.pathfinder_dashes = static_cast<int32_t>(d.pathfinder_dashes);
   spec.pathfinder_distractors = static_cast<int32_t>(d.pathfinder_distractors);
   spec.pathfinder_resolution = static_cast<int32_t>(d.pathfinder_resolution);
+  spec.retrieval_negative_neighbours = static_cast<int32_t>(d.retrieval_negative_neighbours);
   return spec;
 }
 

@@ -58,6 +58,8 @@ const std::vector<Field<DataConfig>>& data_fields() {
        "Pathfinder distractor paths (-1: the default, 5 at 32 px)", {}, true},
       {"pathfinder_resolution", &D::pathfinder_resolution,
        "Pathfinder image side in pixels (0: the task's, 32 or 128)", {}, true},
+      {"retrieval_negative_neighbours", &D::retrieval_negative_neighbours,
+       "Retrieval negatives from this many presidents each side (-1: 2; 0: any)", {}, true},
   };
   return f;
 }
@@ -575,6 +577,15 @@ void RunConfig::validate() const {
          : d.pathfinder_distractors != -1 ? "data.pathfinder_distractors"
                                           : "data.pathfinder_resolution",
          "applies only to the pathfinder and pathx tasks, and data.task is '" + d.task + "'");
+  if (d.retrieval_negative_neighbours < -1 ||
+      d.retrieval_negative_neighbours > DataConfig::kMaxRetrievalNegativeNeighbours)
+    fail("data.retrieval_negative_neighbours",
+         "must be -1 (the default, 2), 0 (any president) or in [1, " +
+             std::to_string(DataConfig::kMaxRetrievalNegativeNeighbours) + "], got " +
+             std::to_string(d.retrieval_negative_neighbours));
+  if (d.retrieval_negative_neighbours != -1 && d.task != "retrieval")
+    fail("data.retrieval_negative_neighbours",
+         "applies only to the retrieval task, and data.task is '" + d.task + "'");
   // A side whose image is longer than the model's positions would be cut when batched.
   if (d.pathfinder_resolution > 0 && model.max_len > 0 &&
       d.pathfinder_resolution * d.pathfinder_resolution > model.max_len)

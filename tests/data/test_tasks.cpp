@@ -182,6 +182,11 @@ TEST(Tasks, ConfigErrorsNameTheKey) {
   expect_error({"data.task=listops", "data.pathfinder_distractors=2"},
                "data.pathfinder_distractors: applies only to the pathfinder and pathx tasks, "
                "and data.task is 'listops'");
+  expect_error({"data.task=retrieval", "data.retrieval_negative_neighbours=43"},
+               "data.retrieval_negative_neighbours: must be -1 (the default, 2), 0 (any "
+               "president) or in [1, 42], got 43");
+  expect_error({"data.task=text", "data.retrieval_negative_neighbours=0"},
+               "data.retrieval_negative_neighbours: applies only to the retrieval task");
   expect_error({"data.task=pathfinder", "data.pathfinder_resolution=8"},
                "data.pathfinder_resolution: must be 0 (the task's: 32 for pathfinder, 128 for "
                "pathx) or in [16, 256] pixels, got 8");
@@ -260,6 +265,15 @@ TEST(Tasks, StoppedAndResumedClassifierRunIsTheWholeRun) {
 
 // Pathfinder's difficulty keys reach the generator: shorter paths and no distractors draw
 // other images (fewer ink pixels), and the description says which setting it is.
+TEST(Tasks, RetrievalNegativesKeyReachesTheTask) {
+  const auto config = train::resolve_config(
+      "", {"data.task=retrieval", "data.retrieval_negative_neighbours=0"});
+  EXPECT_EQ(train::task_spec(config).retrieval_negative_neighbours, 0);
+  EXPECT_EQ(train::task_spec(train::resolve_config("", {"data.task=retrieval"}))
+                .retrieval_negative_neighbours,
+            -1);
+}
+
 TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
   data::TaskSpec spec;
   spec.name = "pathfinder";
@@ -293,4 +307,14 @@ TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
   EXPECT_EQ(from_config.pathfinder_dashes, 6);
   EXPECT_EQ(from_config.pathfinder_distractors, 0);
   EXPECT_EQ(from_config.pathfinder_resolution, 16);
+  // The CPU size is the setting measured learnable (docs/TASKS.md): 16 x 16, 6 dashes, no
+  // distractors, in a model of 256 positions; LRA's hard 32 x 32 set is three keys away.
+  const auto cpu = train::make_task_config("weird-net-a", "pathfinder", "cpu");
+  EXPECT_EQ(cpu.data.pathfinder_resolution, 16);
+  EXPECT_EQ(cpu.data.pathfinder_dashes, 6);
+  EXPECT_EQ(cpu.data.pathfinder_distractors, 0);
+  EXPECT_EQ(cpu.model.max_len, 256);
+  const auto paper = train::make_task_config("weird-net-a", "pathfinder", "paper");
+  EXPECT_EQ(paper.data.pathfinder_resolution, 0);
+  EXPECT_EQ(paper.model.max_len, 1024);
 }

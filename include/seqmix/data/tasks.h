@@ -53,6 +53,8 @@ struct TaskSpec {
   int32_t pathfinder_dashes = 0, pathfinder_distractors = -1;
   /// Pathfinder / Path-X only: image side in pixels (0: 32 for pathfinder, 128 for pathx).
   int32_t pathfinder_resolution = 0;
+  /// Retrieval only: SotuRetrievalOptions::negative_neighbours (-1: its default, 2).
+  int32_t retrieval_negative_neighbours = -1;
 };
 
 struct TaskData {

@@ -56,7 +56,13 @@ struct DataConfig {
   /// the sequence is side^2 pixels, at most model.max_len. Dash lengths, gaps, marker size
   /// and clearance scale with it (data/pathfinder.h, pathfinder_options).
   int64_t pathfinder_resolution = 0;
+  /// Retrieval only: negatives pair a president with one of this many predecessors or
+  /// successors on each side (data/text_tasks.h, negative_neighbours); -1: the default, 2;
+  /// 0: any other president, so the era (a century apart on average) gives most pairs away.
+  int64_t retrieval_negative_neighbours = -1;
   static constexpr int64_t kMaxPathfinderDashes = 20, kMaxPathfinderDistractors = 20;
+  /// 43 presidents: beyond 42 on each side every other president is a candidate.
+  static constexpr int64_t kMaxRetrievalNegativeNeighbours = 42;
 };
 
 struct TrainConfig {
