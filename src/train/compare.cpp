@@ -281,8 +281,13 @@ CompareResult compare_one(const CompareOptions& o, const std::vector<RunConfig>&
       if (!finite_number(line, "loss", cost)) continue;  // a skipped non-finite step
       costs.push_back(cost);
       steps.push_back(line.value("step", static_cast<int64_t>(costs.size())));
-      const double rate = line.value("tokens_per_s", 0.0);
-      if (rate > 0) row.seconds += batch_tokens / rate;
+      // A language model logs tokens/s, a classifier examples/s.
+      const double tokens_rate = line.value("tokens_per_s", 0.0);
+      const double examples_rate = line.value("examples_per_s", 0.0);
+      if (tokens_rate > 0)
+        row.seconds += batch_tokens / tokens_rate;
+      else if (examples_rate > 0)
+        row.seconds += static_cast<double>(config.train.batch_size) / examples_rate;
     }
     row.steps = static_cast<int64_t>(costs.size());
     if (costs.empty())
@@ -537,10 +542,13 @@ void to_json(nlohmann::json& j, const CompareRow& row) {
   j = nlohmann::json{{"name", row.name},           {"preset", row.preset},
                      {"parameters", row.parameters}, {"seed", row.seed},
                      {"steps", row.steps},         {"train_loss", row.train_loss},
-                     {"loss", row.eval_loss},      {"perplexity", row.eval_perplexity},
-                     {"bpc", row.eval_bpc},        {"seconds", row.seconds},
+                     {"loss", row.eval_loss},      {"seconds", row.seconds},
                      {"reused", row.reused}};
-  if (row.classifier) {
+  // Perplexity and bits per character mean nothing for a classifier.
+  if (!row.classifier) {
+    j["perplexity"] = row.eval_perplexity;
+    j["bpc"] = row.eval_bpc;
+  } else {
     j["accuracy"] = row.eval_accuracy;
     j["test_accuracy"] = row.test_accuracy;
     j["train_accuracy"] = row.train_accuracy;

@@ -274,6 +274,21 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   EXPECT_LT(rows[1]["parameters"].get<int64_t>(), rows[0]["parameters"].get<int64_t>());
   EXPECT_TRUE(std::filesystem::exists(dir + "/cmp/compare.png"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/cmp/ext-plain/checkpoint.pt"));
+  for (const auto& row : rows) {
+    EXPECT_GT(row["seconds"].get<double>(), 0) << row.dump();
+    EXPECT_GT(row["bpc"].get<double>(), 0) << row.dump();
+  }
+  // On a task: accuracies and the training time (from examples/s), no language-model figures.
+  r = run("compare --out " + dir + "/task --task listops --set data.train_examples=8 "
+          "--set data.valid_examples=4 --set data.test_examples=4 --batch-size 2 "
+          "--max-steps 2 --threads 1 --seeds 1 --run 'a=weird-net-a'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto task_rows = json_lines(r.output);
+  ASSERT_EQ(task_rows.size(), 1u) << r.output;
+  EXPECT_GT(task_rows[0]["seconds"].get<double>(), 0) << task_rows[0].dump();
+  EXPECT_TRUE(task_rows[0].contains("test_accuracy")) << task_rows[0].dump();
+  EXPECT_FALSE(task_rows[0].contains("bpc")) << task_rows[0].dump();
+  EXPECT_FALSE(task_rows[0].contains("perplexity")) << task_rows[0].dump();
   r = run("compare --out " + dir + "/cmp2 --run 'x=transformer model.no_such_key=1'");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("no_such_key"), std::string::npos) << r.output;
