@@ -190,25 +190,17 @@ inline void scores_bf16(const uint16_t* X, int64_t RT, int64_t DP, const uint16_
 }
 #endif
 
-// Whether this build computes a product in bfloat16: it has them (SEQMIX_ATTN_BF16_PRODUCTS)
-// and both inputs are bfloat16. Q K^T decides on q and k alone, so that forward and backward
-// compute the same scores; dO V^T on v and dO.
-template <typename T>
-bool bf16_scores(const AttentionParams<T>& p) {
+// Whether this build computes the product of two inputs in bfloat16: it has them
+// (SEQMIX_ATTN_BF16_PRODUCTS) and both inputs are given as bfloat16 (AttentionParams::bf16;
+// never for T = double). Q K^T asks on q and k alone, so that forward and backward compute
+// the same scores; dO V^T on v and dO.
+inline bool bf16_product(const uint16_t* a, const uint16_t* b) {
 #ifdef SEQMIX_ATTN_BF16_PRODUCTS
-  if constexpr (std::is_same_v<T, float>) return p.bf16.q && p.bf16.k;
-#endif
-  (void)p;
+  return a && b;
+#else
+  (void)a, (void)b;
   return false;
-}
-
-template <typename T>
-bool bf16_dp(const AttentionParams<T>& p) {
-#ifdef SEQMIX_ATTN_BF16_PRODUCTS
-  if constexpr (std::is_same_v<T, float>) return p.bf16.v && p.bf16.grad_o;
 #endif
-  (void)p;
-  return false;
 }
 
 // An item's view of one input: T values, or the raw bits of bfloat16 values (T = float)
@@ -237,7 +229,7 @@ struct Scratch {
   int64_t DP, LP, BR;
   T *kt, *vp, *bias, *qs, *s, *out;          // forward and backward
   T *vt, *kp, *dop, *ds, *dk, *dv, *di;      // backward only
-  // bfloat16 copies for the score products (bf16_scores, bf16_dp): K and V as pairs along d
+  // bfloat16 copies for the score products (bf16_product): K and V as pairs along d
   // ([DP / 2][LP][2]), a block's q and dO rows ([BR][DP]). Sized whenever the inputs are
   // bfloat16, so that every build lays the scratch out alike.
   uint16_t *kt2, *qb, *vt2, *dob;
@@ -309,8 +301,9 @@ void load_item(const AttentionParams<T>& p, int64_t bh, Scratch<T>& w, bool back
       }
     }
   // Raw bits in the pair layout of scores_bf16; d >= dh and j >= L stay 0.
-  const uint16_t* kb = bf16_scores(p) ? p.bf16.k + bh * L * dh : nullptr;
-  const uint16_t* vb = backward && bf16_dp(p) ? p.bf16.v + bh * L * dh : nullptr;
+  const uint16_t* kb = bf16_product(p.bf16.q, p.bf16.k) ? p.bf16.k + bh * L * dh : nullptr;
+  const uint16_t* vb =
+      backward && bf16_product(p.bf16.v, p.bf16.grad_o) ? p.bf16.v + bh * L * dh : nullptr;
   if (kb || vb)
     for (int64_t j = 0; j < L; ++j)
       for (int64_t d = 0; d < dh; ++d) {
@@ -372,7 +365,7 @@ void block_scores(const AttentionParams<T>& p, In<T> q, int64_t r0, int64_t R, i
   load_rows(q, r0, R, p.dh, p.scale, w, w.qs);
 #ifdef SEQMIX_ATTN_BF16_PRODUCTS
   if constexpr (std::is_same_v<T, float>)
-    if (bf16_scores(p)) {
+    if (bf16_product(p.bf16.q, p.bf16.k)) {
       load_rows_bf16(q.pb, r0, R, p.dh, w, w.qb);
       scores_bf16(w.qb, round_up(R, kRowTile), w.DP, w.kt2, w.LP, n, p.scale, w.s);
       mask_scores(p, r0, R, n, w);
@@ -464,7 +457,7 @@ void backward_items(const AttentionParams<T>& p, int64_t begin, int64_t end, T* 
       // dP = dO V^T, then dS = P (dP - D) in place
 #ifdef SEQMIX_ATTN_BF16_PRODUCTS
       if constexpr (std::is_same_v<T, float>)
-        if (bf16_dp(p)) {
+        if (bf16_product(p.bf16.v, p.bf16.grad_o)) {
           load_rows_bf16(go.pb, r0, R, dh, w, w.dob);
           scores_bf16(w.dob, RT, DP, w.vt2, LP, n, 1.0f, w.ds);
         } else {
