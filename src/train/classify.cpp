@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -155,6 +156,11 @@ AccuracyResult evaluate_classifier(models::SequenceModel& model,
   r.examples = n;
   r.loss = totals.mean();
   r.accuracy = totals.accuracy();
+  std::map<int32_t, int64_t> label_counts;
+  int64_t most = 0;
+  for (int64_t i = 0; i < n; ++i)
+    most = std::max(most, ++label_counts[split[static_cast<size_t>(i)].label]);
+  r.majority = static_cast<double>(most) / static_cast<double>(n);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

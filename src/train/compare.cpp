@@ -273,7 +273,11 @@ CompareResult compare_one(const CompareOptions& o, const std::vector<RunConfig>&
       double accuracy;
       if (line.value("final", false) && finite_number(line, "accuracy", accuracy)) {
         if (split == held_out_name) row.eval_accuracy = accuracy;
-        if (split == "test") row.test_accuracy = accuracy;
+        if (split == "test") {
+          row.test_accuracy = accuracy;
+          double majority;
+          if (finite_number(line, "majority", majority)) row.test_majority = majority;
+        }
         if (split == "train_eval") row.train_accuracy = accuracy;
       }
       if (!is_training_line(line)) continue;
@@ -552,6 +556,7 @@ void to_json(nlohmann::json& j, const CompareRow& row) {
     j["accuracy"] = row.eval_accuracy;
     j["test_accuracy"] = row.test_accuracy;
     j["train_accuracy"] = row.train_accuracy;
+    if (row.test_majority > 0) j["test_majority"] = row.test_majority;
   }
 }
 

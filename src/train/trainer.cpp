@@ -257,11 +257,13 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
            {"split", name},
            {"loss", r.loss},
            {"accuracy", r.accuracy},
+           {"majority", r.majority},
            {"examples", r.examples},
            {"final", final},
            {"seconds", r.seconds}});
-      say(fmt::format("step {}: {} accuracy {:.2f}% (loss {:.4f}) over {} examples", step, name,
-                      100.0 * r.accuracy, r.loss, r.examples));
+      say(fmt::format("step {}: {} accuracy {:.2f}% (loss {:.4f}) over {} examples; majority "
+                      "class {:.2f}%",
+                      step, name, 100.0 * r.accuracy, r.loss, r.examples, 100.0 * r.majority));
       return r;
     };
     const AccuracyResult v = score("valid", task->splits.valid, 0);

@@ -287,6 +287,10 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   ASSERT_EQ(task_rows.size(), 1u) << r.output;
   EXPECT_GT(task_rows[0]["seconds"].get<double>(), 0) << task_rows[0].dump();
   EXPECT_TRUE(task_rows[0].contains("test_accuracy")) << task_rows[0].dump();
+  // 4 test examples: the majority class holds 1 to 4 of them.
+  const double majority = task_rows[0].value("test_majority", 0.0);
+  EXPECT_TRUE(majority == 0.25 || majority == 0.5 || majority == 0.75 || majority == 1.0)
+      << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("bpc")) << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("perplexity")) << task_rows[0].dump();
   r = run("compare --out " + dir + "/cmp2 --run 'x=transformer model.no_such_key=1'");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "seqmix/data/labelled.h"
 #include "seqmix/models/presets.h"
@@ -143,6 +144,16 @@ TEST(Objective, ClassificationLossAndCountsByHand) {
     EXPECT_EQ(r.examples, 7);
     EXPECT_NEAR(r.loss, expected / 7, 1e-5) << pair;
     EXPECT_DOUBLE_EQ(r.accuracy, static_cast<double>(right) / 7) << pair;
+    // The chance level: the most frequent label's share of the scored examples, counted here
+    // over the labels themselves (and over the first 4 when only those are scored).
+    auto majority = [&](size_t n) {
+      std::map<int32_t, int> count;
+      int most = 0;
+      for (size_t i = 0; i < n; ++i) most = std::max(most, ++count[ex[i].label]);
+      return static_cast<double>(most) / static_cast<double>(n);
+    };
+    EXPECT_DOUBLE_EQ(r.majority, majority(7)) << pair;
+    EXPECT_DOUBLE_EQ(train::evaluate_classifier(model, ex, 3, 4).majority, majority(4)) << pair;
   }
 }
 

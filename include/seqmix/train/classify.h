@@ -58,6 +58,10 @@ struct AccuracyResult {
   double accuracy = 0;  ///< fraction of examples whose arg-max class is the label
   int64_t examples = 0;
   double seconds = 0;
+  /// The chance level a reader compares `accuracy` with: the fraction of the scored examples
+  /// whose label is the most frequent label among them (what always answering that class
+  /// scores).
+  double majority = 0;
 };
 
 /// Scores the first `max_examples` examples of `split` (0 = all) with the training objective

@@ -90,6 +90,9 @@ struct CompareRow {
   double eval_bpc = 0;         ///< held-out bits per byte of text
   /// Classifiers (data.task): accuracies of the final evaluation, fractions in [0, 1].
   double eval_accuracy = 0, test_accuracy = 0, train_accuracy = 0;
+  /// The test split's majority-class fraction (its chance level; 0 for a run whose metrics
+  /// file predates the "majority" key).
+  double test_majority = 0;
   int64_t seed = 0;            ///< the run's train.seed
   bool classifier = false;     ///< data.task is set: the accuracies are meaningful
   double seconds = 0;          ///< time spent in training steps (from the metrics file, so
@@ -135,7 +138,8 @@ SeedPair seed_verdict(const SeedSummary& a, const SeedSummary& b);
 
 /// JSON lines of summary.jsonl / pairs.jsonl (nlohmann's to_json, so `json j = row;`).
 /// A row's "loss", "perplexity", "bpc" are the held-out figures; a classifier's also carry
-/// "accuracy" (held-out), "test_accuracy" and "train_accuracy".
+/// "accuracy" (held-out), "test_accuracy", "train_accuracy" and, when known,
+/// "test_majority".
 void to_json(nlohmann::json& j, const CompareRow& row);
 void to_json(nlohmann::json& j, const SeedSummary& s);
 void to_json(nlohmann::json& j, const SeedPair& p);
