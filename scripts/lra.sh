@@ -90,18 +90,17 @@ done
 # The table: one row per model, one column per task. Test accuracy in percent, mean +- sd
 # over the seeds; "=" marks a model tied with the task's best (gap under 3 standard errors),
 # "*" the best; one seed orders nothing. The last row is each task's chance level, the test
-# split's majority class (the runs' "test_majority"). $OUT/lra.png draws the same numbers:
-# one bar per model and task with the sd as an error bar, the chance level as a dashed line.
-"$PYTHON" - "$OUT" "$SEEDS" "$TASKS" "$MODELS" <<'EOF' | tee "$OUT/table.md"
-import glob, json, math, os, subprocess, sys, tempfile
-out, seeds, tasks, models = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-names = [m.split("=", 1)[0] for m in models]
+# split's majority class (the runs' "test_majority"). $OUT/results.jsonl holds the cells,
+# scripts/lra-table.py prints them and draws $OUT/lra.png.
+"$PYTHON" - "$OUT" "$TASKS" <<'EOF'
+import glob, json, os, sys
+out, tasks = sys.argv[1], sys.argv[2].split()
 def lines(path):
     if not os.path.exists(path):
         return []
     with open(path) as f:
         return [json.loads(l) for l in f if l.strip()]
-cells, results, values, chance = {}, [], {}, {}
+results = []
 for task in tasks:
     summary = lines(os.path.join(out, task, "summary.jsonl"))
     pairs = lines(os.path.join(out, task, "pairs.jsonl"))
@@ -112,72 +111,33 @@ for task in tasks:
         elif "test_accuracy" in s:  # one seed: the compare folder's per-model lines
             rows[s["name"]] = (s["test_accuracy"], 0.0, 1)
     # Every model of a task scores the same test split: any run's majority fraction will do.
+    chance = None
     for path in [os.path.join(out, task, "summary.jsonl")] + \
             sorted(glob.glob(os.path.join(out, task, "seed-*", "summary.jsonl"))):
         for s in lines(path):
-            if "test_majority" in s:
-                chance[task] = s["test_majority"]
-    for name, (mean, sd, n) in rows.items():
-        results.append({"task": task, "name": name, "test_accuracy_mean": mean,
-                        "test_accuracy_sd": sd, "seeds": n, "test_majority": chance.get(task)})
+            chance = s.get("test_majority", chance)
     best = max(rows, key=lambda k: rows[k][0]) if rows else None
     tied = set()
     for p in pairs:
         if best in (p["a"], p["b"]) and p["verdict"] in ("tie", "undecided"):
             tied.add(p["b"] if p["a"] == best else p["a"])
-    for name in names:
-        if name in rows:
-            mean, sd, n = rows[name]
-            values[task, name] = (100 * mean, 100 * sd)
-            mark = "*" if name == best and n > 1 else "=" if name in tied and n > 1 else ""
-            cells[task, name] = f"{100 * mean:.2f} ± {100 * sd:.2f}{mark}" if n > 1 \
-                else f"{100 * mean:.2f} (1 seed)"
-print("| model | " + " | ".join(tasks) + " |")
-print("|---|" + "---|" * len(tasks))
-for name in names:
-    print(f"| {name} | " + " | ".join(cells.get((t, name), "-") for t in tasks) + " |")
-print("| majority class | " + " | ".join(f"{100 * chance[t]:.2f}" if t in chance else "-"
-                                         for t in tasks) + " |")
+    for name, (mean, sd, n) in rows.items():
+        mark = "*" if name == best and n > 1 else "=" if name in tied and n > 1 else ""
+        results.append({"task": task, "name": name, "test_accuracy_mean": mean,
+                        "test_accuracy_sd": sd, "seeds": n, "mark": mark,
+                        "test_majority": chance})
 with open(os.path.join(out, "results.jsonl"), "w") as f:
     for r in results:
         f.write(json.dumps(r) + "\n")
-
-# The picture: gnuplot's clustered histogram (one cluster per task), drawn in a private
-# folder and renamed into place, so an interrupted plot leaves no partial lra.png.
-if values:
-    n, gap = len(names), 1
-    half = n / (2.0 * (n + gap))  # half a cluster's width, in units of the task spacing
-    data = ["# task " + " ".join(f"{m}_mean {m}_sd" for m in names)]
-    for t in tasks:
-        row = [t]
-        for m in names:
-            mean, sd = values.get((t, m), (float("nan"), float("nan")))
-            row += [f"{mean:.4f}", f"{sd:.4f}"]
-        data.append(" ".join(row))
-    gp = [f"set terminal pngcairo noenhanced size {max(900, 140 * len(tasks) + 300)},600 "
-          "font 'sans,11'",
-          "set output 'lra.png'",
-          f"set title 'Test accuracy, mean and sample sd over {seeds} seed(s); "
-          "dashed: the majority class'",
-          "set ylabel 'test accuracy, %'", "set yrange [0:100]", "set grid ytics",
-          "set style data histogram",
-          f"set style histogram errorbars gap {gap} lw 1", "set style fill solid 0.8 border -1",
-          "set boxwidth 0.9", "set key outside right top vertical", "set xtics nomirror"]
-    for i, t in enumerate(tasks):
-        if t in chance:
-            gp.append(f"set arrow from {i - half},{100 * chance[t]} to {i + half},"
-                      f"{100 * chance[t]} nohead dt 2 lw 2 lc rgb 'black' front")
-    gp.append("plot " + ", ".join(
-        f"'lra.dat' using {2 + 2 * k}:{3 + 2 * k}" + (":xtic(1)" if k == 0 else "") +
-        f" title '{m}'" for k, m in enumerate(names)))
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        with open(os.path.join(tmp, "lra.dat"), "w") as f:
-            f.write("\n".join(data) + "\n")
-        r = subprocess.run(["gnuplot"], input="\n".join(gp) + "\n", text=True, cwd=tmp,
-                           capture_output=True)
-        if r.returncode != 0 or not os.path.exists(os.path.join(tmp, "lra.png")):
-            sys.exit(f"lra: gnuplot failed: {r.stderr.strip()}")
-        os.replace(os.path.join(tmp, "lra.png"), os.path.join(out, "lra.png"))
 EOF
+names=()
+for cell in $MODELS; do names+=("${cell%%=*}"); done
+if [ -s "$OUT/results.jsonl" ]; then
+  "$PYTHON" scripts/lra-table.py "$OUT/results.jsonl" --tasks "$TASKS" --models "${names[*]}" \
+    --png "$OUT/lra.png" --title "Test accuracy, mean and sd over $SEEDS seed(s); dashed: \
+the majority class" | tee "$OUT/table.md"
+else
+  echo "lra: no finished cell in $OUT yet" >&2
+fi
 echo "lra: test accuracy %, mean ± sample sd over $SEEDS seeds; * the task's best, = tied" \
   "with it (gap under 3 standard errors); commands and per-seed runs in $OUT/<task>/"
