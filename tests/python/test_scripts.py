@@ -1,0 +1,108 @@
+"""scripts/lra-table.py and the table step of scripts/lra.sh: the LRA-style results table,
+its majority-class row and its bar chart, from hand-written result lines whose every number
+is known."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TABLE = os.path.join(ROOT, "scripts", "lra-table.py")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def write_lines(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def run_table(*args):
+    return subprocess.run([PYTHON, TABLE, *map(str, args)], capture_output=True, text=True)
+
+
+def is_png(path):
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_from_both_line_forms(tmp_path):
+    results = tmp_path / "results.jsonl"
+    write_lines(results, [
+        # lra.sh's form: several seeds, the best marked
+        {"task": "listops", "name": "aib", "test_accuracy_mean": 0.3585,
+         "test_accuracy_sd": 0.0042, "seeds": 3, "mark": "*", "test_majority": 0.158},
+        {"task": "listops", "name": "ets", "test_accuracy_mean": 0.1655,
+         "test_accuracy_sd": 0.001, "seeds": 3, "mark": "", "test_majority": 0.158},
+        # docs/lra-cpu.jsonl's form: one seed
+        {"task": "text", "name": "aib", "test_accuracy": 0.9533, "test_majority": 0.699},
+    ])
+    png = tmp_path / "lra.png"
+    r = run_table(results, "--tasks", "listops text", "--models", "aib ets", "--png", png)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()
+    assert rows[0] == "| model | listops | text |"
+    assert rows[2] == "| aib | 35.85 ± 0.42* | 95.33 (1 seed) |"
+    assert rows[3] == "| ets | 16.55 ± 0.10 | - |"
+    assert rows[4] == "| majority class | 15.80 | 69.90 |"
+    assert is_png(png)
+    assert sorted(os.listdir(tmp_path)) == ["lra.png", "results.jsonl"]  # no leftovers
+
+
+def test_missing_cells_warn_and_bad_input_fails_cleanly(tmp_path):
+    results = tmp_path / "results.jsonl"
+    write_lines(results, [{"task": "image", "name": "aib", "test_accuracy": 0.83}])
+    r = run_table(results, "--tasks", "image pathx", "--models", "aib tf")
+    assert r.returncode == 0, r.stderr
+    assert "| tf | - | - |" in r.stdout
+    assert "task 'pathx'" in r.stderr and "model 'tf'" in r.stderr
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "image", "name": "aib"}\n')
+    png = tmp_path / "bad.png"
+    r = run_table(bad, "--png", png)
+    assert r.returncode == 1
+    assert "bad.jsonl, line 1" in r.stderr and "test_accuracy" in r.stderr
+    assert not png.exists()
+
+    bad.write_text('{"task": "image", "name": "aib", "test_accuracy": 83.0}\n')
+    r = run_table(bad)
+    assert r.returncode == 1 and "out of range" in r.stderr
+
+    r = run_table(results, "--png", tmp_path / "table.svg")
+    assert r.returncode == 1 and "--png" in r.stderr
+    r = run_table(tmp_path / "absent.jsonl")
+    assert r.returncode == 1 and "absent.jsonl" in r.stderr
+
+
+def test_lra_sh_table_step_reads_compare_folders(tmp_path):
+    # The folders `seqmix compare --seeds` leaves: the top summary over seeds, pairs with
+    # verdicts, and the per-seed rows that carry the test split's majority class.
+    out = tmp_path / "lra"
+    (out / "listops" / "seed-1337").mkdir(parents=True)
+    write_lines(out / "listops" / "summary.jsonl", [
+        {"name": "a", "metric": "test_accuracy", "values": [0.34, 0.35, 0.36], "mean": 0.35,
+         "sd": 0.01},
+        {"name": "b", "metric": "test_accuracy", "values": [0.345, 0.35, 0.355], "mean": 0.35 - 1e-4,
+         "sd": 0.005},
+        {"name": "c", "metric": "test_accuracy", "values": [0.16, 0.17, 0.18], "mean": 0.17,
+         "sd": 0.01}])
+    write_lines(out / "listops" / "pairs.jsonl", [
+        {"a": "a", "b": "b", "verdict": "tie"}, {"a": "a", "b": "c", "verdict": "a"},
+        {"a": "b", "b": "c", "verdict": "b"}])
+    write_lines(out / "listops" / "seed-1337" / "summary.jsonl", [
+        {"name": "a", "test_accuracy": 0.34, "test_majority": 0.158}])
+    env = dict(os.environ, OUT=str(out), SEEDS="3", TASKS="listops", MODELS="a=x b=y c=z",
+               TABLE_ONLY="1", PYTHON=PYTHON,
+               SEQMIX=os.environ.get("SEQMIX_BIN", os.path.join(ROOT, "build", "seqmix")))
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "lra.sh")], env=env,
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "| a | 35.00 ± 1.00* |" in r.stdout
+    assert "| b | 34.99 ± 0.50= |" in r.stdout
+    assert "| c | 17.00 ± 1.00 |" in r.stdout
+    assert "| majority class | 15.80 |" in r.stdout
+    assert is_png(out / "lra.png")
+    cells = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert [(c["name"], c["mark"], c["seeds"]) for c in cells] == \
+        [("a", "*", 3), ("b", "=", 3), ("c", "", 3)]
