@@ -18,8 +18,9 @@ into place, so a failed run leaves no partial file.
   scripts/lra-table.py docs/lra-cpu.jsonl --tasks "listops text" --png docs/img/lra-cpu.png
 
 Tasks or models asked for (--tasks, --models) with no line yet print as "-" with a warning
-on standard error. Exits with status 1 and one message on a missing or malformed file, a bad
---png, or a gnuplot failure.
+on standard error. Exits with status 1 and one message, printing no table and leaving no
+picture, on a missing, empty or malformed file (a field missing or out of range, two lines
+for one cell, two majority levels for one task), a bad --png, or a gnuplot failure.
 """
 import argparse
 import json
@@ -34,14 +35,19 @@ def fail(message):
 
 
 def read_cells(path):
-    """{(task, name): (mean %, sd %, seeds, mark)} and {task: majority %}."""
+    """{(task, name): (mean %, sd %, seeds, mark)}, {task: majority %}, names in file order."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             raw = [(k + 1, l) for k, l in enumerate(f) if l.strip()]
     except OSError as e:
         fail(f"{path}: {e.strerror}")
+    except UnicodeDecodeError:
+        fail(f"{path}: not UTF-8 text (expected JSON lines)")
+    if not raw:
+        fail(f"{path}: no result line (expected JSON lines with task, name, test_accuracy)")
     cells, chance, order = {}, {}, []
     for number, text in raw:
+        where = f"{path}, line {number}"
         try:
             r = json.loads(text)
             task, name = r["task"], r["name"]
@@ -50,17 +56,44 @@ def read_cells(path):
             else:
                 mean, sd, seeds = r["test_accuracy"], 0.0, 1
             mean, sd, seeds = float(mean), float(sd), int(seeds)
-        except (ValueError, KeyError, TypeError) as e:
-            fail(f"{path}, line {number}: expected a JSON object with task, name and "
-                 f"test_accuracy or test_accuracy_mean/_sd/seeds ({e})")
-        if not (0 <= mean <= 1 and sd >= 0 and seeds >= 1):
-            fail(f"{path}, line {number}: accuracy {mean} or sd {sd} or seeds {seeds} out of range")
-        cells[task, name] = (100 * mean, 100 * sd, seeds, r.get("mark", ""))
-        if r.get("test_majority") is not None:
-            chance[task] = 100 * float(r["test_majority"])
+            majority = r.get("test_majority")
+            majority = None if majority is None else float(majority)
+            mark = r.get("mark", "")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            fail(f"{where}: expected a JSON object with task, name and test_accuracy or "
+                 f"test_accuracy_mean/_sd/seeds, numbers as numbers ({e})")
+        for key, value in (("task", task), ("name", name)):
+            if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+                fail(f"{where}: {key} must be a non-empty name without spaces, got {value!r}")
+        if not (0 <= mean <= 1 and 0 <= sd <= 1 and seeds >= 1):
+            fail(f"{where}: accuracy {mean}, sd {sd} or seeds {seeds} out of range (fractions "
+                 "in [0, 1], seeds >= 1)")
+        if majority is not None and not 0 < majority <= 1:
+            fail(f"{where}: test_majority {majority} out of range (a fraction in (0, 1])")
+        if mark not in ("", "*", "="):
+            fail(f"{where}: mark must be '', '*' or '=', got {mark!r}")
+        if (task, name) in cells:
+            fail(f"{where}: a second line for task '{task}' and model '{name}'")
+        if majority is not None:
+            if task in chance and abs(chance[task] - 100 * majority) > 1e-9:
+                fail(f"{where}: test_majority {majority} differs from an earlier line's for "
+                     f"task '{task}' ({chance[task] / 100}); the models of a task share one "
+                     "test split")
+            chance[task] = 100 * majority
+        cells[task, name] = (100 * mean, 100 * sd, seeds, mark)
         if name not in order:
             order.append(name)
     return cells, chance, order
+
+
+def gnuplot_string(text):
+    """A single-quoted gnuplot string: quotes inside are doubled."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+# Twelve distinguishable fills (gnuplot's default cycle repeats after eight).
+PALETTE = ["#9400d3", "#009e73", "#56b4e9", "#e69f00", "#f0e442", "#0072b2", "#e51e10",
+           "#7f7f00", "#a0a0a0", "#8b4513", "#ff69b4", "#2e8b57"]
 
 
 def table(cells, chance, tasks, names):
@@ -96,7 +129,7 @@ def plot(cells, chance, tasks, names, png, title):
     gp = [f"set terminal pngcairo noenhanced size {max(900, 150 * len(tasks) + 320)},600 "
           "font 'sans,11'",
           "set output 'lra.png'",
-          "set title '" + title.replace("'", "") + "'",
+          "set title " + gnuplot_string(title),
           "set ylabel 'test accuracy, %'", "set yrange [0:100]", "set grid ytics",
           "set style data histogram", f"set style histogram errorbars gap {gap} lw 1",
           "set style fill solid 0.8 border -1", "set boxwidth 0.9",
@@ -107,19 +140,23 @@ def plot(cells, chance, tasks, names, png, title):
                       "nohead dt 2 lw 2 lc rgb 'black' front")
     gp.append("plot " + ", ".join(
         f"'lra.dat' using {2 + 2 * k}:{3 + 2 * k}" + (":xtic(1)" if k == 0 else "") +
-        f" title '{m}'" for k, m in enumerate(names)))
+        f" title {gnuplot_string(m)} lc rgb '{PALETTE[k % len(PALETTE)]}'"
+        for k, m in enumerate(names)))
     folder = os.path.dirname(os.path.abspath(png))
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        with open(os.path.join(tmp, "lra.dat"), "w") as f:
-            f.write("\n".join(data) + "\n")
-        try:
-            r = subprocess.run(["gnuplot"], input="\n".join(gp) + "\n", text=True, cwd=tmp,
-                               capture_output=True)
-        except OSError as e:
-            fail(f"cannot run gnuplot ({e.strerror}); scripts/setup.sh installs it")
-        if r.returncode != 0 or not os.path.exists(os.path.join(tmp, "lra.png")):
-            fail(f"gnuplot failed: {r.stderr.strip()}")
-        os.replace(os.path.join(tmp, "lra.png"), png)
+    try:
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            with open(os.path.join(tmp, "lra.dat"), "w") as f:
+                f.write("\n".join(data) + "\n")
+            try:
+                r = subprocess.run(["gnuplot"], input="\n".join(gp) + "\n", text=True,
+                                   cwd=tmp, capture_output=True)
+            except OSError as e:
+                fail(f"cannot run gnuplot ({e.strerror}); scripts/setup.sh installs it")
+            if r.returncode != 0 or not os.path.exists(os.path.join(tmp, "lra.png")):
+                fail(f"gnuplot failed: {r.stderr.strip()}")
+            os.replace(os.path.join(tmp, "lra.png"), png)
+    except OSError as e:
+        fail(f"--png {png}: {e.strerror}")
 
 
 def main():
@@ -128,9 +165,11 @@ def main():
     p.add_argument("--tasks", help="columns, space-separated (default: every task, in file order)")
     p.add_argument("--models", help="rows, space-separated names (default: every name)")
     p.add_argument("--png", help="also draw the table as this .png file")
-    p.add_argument("--title", default="Test accuracy (mean and sd over seeds); "
-                   "dashed: the majority class")
+    p.add_argument("--title", default="Test accuracy, % (error bars: sd over seeds); dashed: "
+                   "the majority class")
     a = p.parse_args()
+    if a.png is not None and os.path.isdir(a.png):
+        fail(f"--png: '{a.png}' is a folder; expected a file name ending in .png")
     if a.png is not None and not a.png.endswith(".png"):
         fail(f"--png: expected a file name ending in .png, got '{a.png}'")
     if a.png is not None and not os.path.isdir(os.path.dirname(os.path.abspath(a.png))):
@@ -149,9 +188,10 @@ def main():
     for m in names:
         if m not in order:
             print(f"lra-table: no line of {a.results} has model '{m}' yet", file=sys.stderr)
-    print(table(cells, chance, tasks, names))
+    # The picture first: a failure then prints no table, so no caller keeps half a result.
     if a.png:
         plot(cells, chance, tasks, names, a.png, a.title)
+    print(table(cells, chance, tasks, names))
 
 
 if __name__ == "__main__":

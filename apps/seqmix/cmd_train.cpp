@@ -62,6 +62,7 @@ int train_here(const TrainFlags& f) {
                                       {"train_loss", r.final_train_loss},
                                       {"valid_accuracy", r.eval_accuracy},
                                       {"test_accuracy", r.test_accuracy},
+                                      {"test_majority", r.test_majority},
                                       {"test_loss", r.test_loss},
                                       {"train_accuracy", r.train_accuracy},
                                       {"parameters", config.model.num_parameters()},

@@ -327,7 +327,8 @@ def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None
     Returns:
         dict with steps, train_loss, loss, perplexity, bpc (held-out), seconds, rank,
         world_size; classifiers also valid_accuracy, test_accuracy, test_loss,
-        train_accuracy.
+        train_accuracy and test_majority (the test split's majority-class share, the
+        accuracy of always answering its most frequent label).
 
     Raises:
         ValueError / RuntimeError naming what is wrong (as the command line would);

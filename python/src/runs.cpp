@@ -149,6 +149,7 @@ void bind_runs(py::module_& m) {
         if (!config.data.task.empty()) {
           j["valid_accuracy"] = r.eval_accuracy;
           j["test_accuracy"] = r.test_accuracy;
+          j["test_majority"] = r.test_majority;
           j["test_loss"] = r.test_loss;
           j["train_accuracy"] = r.train_accuracy;
         }

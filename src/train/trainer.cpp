@@ -277,6 +277,7 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
         std::max<int64_t>(1, static_cast<int64_t>(task->splits.test.size())));
     result.test_loss = te.loss;
     result.test_accuracy = te.accuracy;
+    result.test_majority = te.majority;
     result.train_accuracy = tr.accuracy;
   };
   return o;
@@ -393,6 +394,7 @@ TrainResult finished_result(const fs::path& metrics_path, int64_t steps, double 
     if (split == "test") {
       r.test_loss = num("loss");
       r.test_accuracy = num("accuracy");
+      r.test_majority = num("majority");
     } else if (split == "train_eval") {
       r.train_accuracy = num("accuracy");
     } else {  // the held-out split a language model or classifier is scored on

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -287,10 +288,19 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   ASSERT_EQ(task_rows.size(), 1u) << r.output;
   EXPECT_GT(task_rows[0]["seconds"].get<double>(), 0) << task_rows[0].dump();
   EXPECT_TRUE(task_rows[0].contains("test_accuracy")) << task_rows[0].dump();
-  // 4 test examples: the majority class holds 1 to 4 of them.
-  const double majority = task_rows[0].value("test_majority", 0.0);
-  EXPECT_TRUE(majority == 0.25 || majority == 0.5 || majority == 0.75 || majority == 1.0)
-      << task_rows[0].dump();
+  // The chance level, counted here over the labels of the same 4 test examples as
+  // `seqmix data task` writes them.
+  r = run("data task --out " + dir + "/task-data --task listops --set data.train_examples=8 "
+          "--set data.valid_examples=4 --set data.test_examples=4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::map<int64_t, int> label_count;
+  int most = 0, test_n = 0;
+  for (const auto& ex : json_lines(seqmix::testing::read_text(dir + "/task-data/test.jsonl"))) {
+    most = std::max(most, ++label_count[ex["label"].get<int64_t>()]);
+    ++test_n;
+  }
+  ASSERT_EQ(test_n, 4);
+  EXPECT_DOUBLE_EQ(task_rows[0].value("test_majority", 0.0), most / 4.0) << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("bpc")) << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("perplexity")) << task_rows[0].dump();
   r = run("compare --out " + dir + "/cmp2 --run 'x=transformer model.no_such_key=1'");

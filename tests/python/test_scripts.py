@@ -54,31 +54,69 @@ def test_missing_cells_warn_and_bad_input_fails_cleanly(tmp_path):
     write_lines(results, [{"task": "image", "name": "aib", "test_accuracy": 0.83}])
     r = run_table(results, "--tasks", "image pathx", "--models", "aib tf")
     assert r.returncode == 0, r.stderr
+    assert "| majority class | - | - |" in r.stdout
     assert "| tf | - | - |" in r.stdout
     assert "task 'pathx'" in r.stderr and "model 'tf'" in r.stderr
 
+    # Each bad file: exit 1, one message naming the file and line, no table, no picture.
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"task": "image", "name": "aib"}\n')
     png = tmp_path / "bad.png"
-    r = run_table(bad, "--png", png)
-    assert r.returncode == 1
-    assert "bad.jsonl, line 1" in r.stderr and "test_accuracy" in r.stderr
-    assert not png.exists()
-
-    bad.write_text('{"task": "image", "name": "aib", "test_accuracy": 83.0}\n')
+    cases = [
+        ('{"task": "image", "name": "aib"}', "test_accuracy"),
+        ('{"task": "image", "name": "aib", "test_accuracy": 83.0}', "out of range"),
+        ('{"task": "image", "name": "aib", "test_accuracy": "x"}', "numbers"),
+        ('{"task": ["image"], "name": "aib", "test_accuracy": 0.8}', "task must be"),
+        ('{"task": "image", "name": null, "test_accuracy": 0.8}', "name must be"),
+        ('{"task": "image", "name": "aib", "test_accuracy": 0.8, "test_majority": 70}',
+         "test_majority"),
+        ('{"task": "image", "name": "aib", "test_accuracy": 0.8, "mark": "!"}', "mark"),
+        ('{"task": "image", "name": "aib", "test_accuracy": 0.8}\n'
+         '{"task": "image", "name": "aib", "test_accuracy": 0.7}', "second line"),
+        ('{"task": "image", "name": "a", "test_accuracy": 0.8, "test_majority": 0.1}\n'
+         '{"task": "image", "name": "b", "test_accuracy": 0.7, "test_majority": 0.2}',
+         "differs"),
+        ("[1, 2]", "JSON object"),
+    ]
+    for text, expected in cases:
+        bad.write_text(text + "\n")
+        r = run_table(bad, "--png", png)
+        assert r.returncode == 1, text
+        assert "bad.jsonl, line" in r.stderr and expected in r.stderr, (text, r.stderr)
+        assert "Traceback" not in r.stderr and r.stdout == "" and not png.exists(), text
+    bad.write_bytes(b"\xff\xfe\n")
     r = run_table(bad)
-    assert r.returncode == 1 and "out of range" in r.stderr
+    assert r.returncode == 1 and "UTF-8" in r.stderr
+    bad.write_text("\n")
+    r = run_table(bad)
+    assert r.returncode == 1 and "no result line" in r.stderr
 
     r = run_table(results, "--png", tmp_path / "table.svg")
     assert r.returncode == 1 and "--png" in r.stderr
+    r = run_table(results, "--png", tmp_path)
+    assert r.returncode == 1 and "folder" in r.stderr
     r = run_table(tmp_path / "absent.jsonl")
     assert r.returncode == 1 and "absent.jsonl" in r.stderr
+
+
+def test_no_gnuplot_means_no_picture_and_no_table(tmp_path):
+    results = tmp_path / "results.jsonl"
+    write_lines(results, [{"task": "image", "name": "it's", "test_accuracy": 0.83}])
+    png = tmp_path / "lra.png"
+    env = dict(os.environ, PATH=str(tmp_path))  # no gnuplot on this PATH
+    r = subprocess.run([PYTHON, TABLE, str(results), "--png", str(png)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "gnuplot" in r.stderr and r.stdout == ""
+    assert not png.exists() and sorted(os.listdir(tmp_path)) == ["results.jsonl"]
+    # With gnuplot, a quote in a model name is drawn, not a gnuplot syntax error.
+    r = run_table(results, "--png", png)
+    assert r.returncode == 0, r.stderr
+    assert is_png(png)
 
 
 def test_lra_sh_table_step_reads_compare_folders(tmp_path):
     # The folders `seqmix compare --seeds` leaves: the top summary over seeds, pairs with
     # verdicts, and the per-seed rows that carry the test split's majority class.
-    out = tmp_path / "lra"
+    out = tmp_path / "lra [1]"  # glob characters and a space in the folder name
     (out / "listops" / "seed-1337").mkdir(parents=True)
     write_lines(out / "listops" / "summary.jsonl", [
         {"name": "a", "metric": "test_accuracy", "values": [0.34, 0.35, 0.36], "mean": 0.35,

@@ -81,6 +81,7 @@ struct TrainResult {
   double test_accuracy = 0;   ///< test split
   double test_loss = 0;       ///< test split, nats per example
   double train_accuracy = 0;  ///< the first |test| training examples, in eval mode
+  double test_majority = 0;   ///< the test split's majority-class share (its chance level)
   bool halted = false;          ///< stopped by halt_after_step
   int64_t skipped_steps = 0;    ///< steps skipped for a non-finite loss or gradient
   /// Wall time of the run, seconds: setup, steps and evaluations. A resumed run adds its own
