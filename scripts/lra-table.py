@@ -4,8 +4,8 @@
 Reads JSON lines, one per task and model, in either of the two forms seqmix writes:
   - scripts/lra.sh's $OUT/results.jsonl: task, name, test_accuracy_mean, test_accuracy_sd,
     seeds, and optionally mark ("*" the task's best, "=" tied with it) and test_majority;
-  - docs/lra-cpu.jsonl (one `seqmix train` per line): task, name, test_accuracy, and
-    optionally test_majority (then one seed).
+  - docs/lra-cpu.jsonl (one run per line, with its command): task, name, test_accuracy,
+    and optionally test_majority (then one seed).
 Accuracies are fractions in [0, 1]; the table and the picture show percent.
 
 Prints the table (one row per model, one column per task, and a last row with each task's
