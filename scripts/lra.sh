@@ -37,17 +37,9 @@ etsmlp-gate=etsmlp-gate extractor=extractor-transformer"
 ablations="weird-net-a=weird-net-a aib-exp-w=weird-net-a,model.aib.weights=exp \
 ps-attention=weird-net-a,model.aib.weights=ones \
 structure-b=weird-net-a,model.mixers=['aib','attention']"
-# etsmlp Table 3 (no alpha, no beta, no omega, real-valued instead of complex CES) and
-# Table 4 (ring initialisations vs one fixed point for every channel: "Stable(r, 0)"), on
-# ListOps in the paper; the etsmlp preset's own ring is Table 4's best, (0.1, 0.9).
-etsmlp_ablations="etsmlp=etsmlp etsmlp-no-alpha=etsmlp,model.ces.alpha=false \
-etsmlp-no-beta=etsmlp,model.ces.beta=false etsmlp-no-omega=etsmlp,model.ces.shortcut=none \
-etsmlp-real=etsmlp,model.ces.real=true \
-ring-0.1-0.6=etsmlp,model.ces.r_min=0.1,model.ces.r_max=0.6 \
-ring-0.6-0.9=etsmlp,model.ces.r_min=0.6,model.ces.r_max=0.9 \
-stable-0.3=etsmlp,model.ces.r_min=0.3,model.ces.r_max=0.3,model.ces.max_phase=0 \
-stable-0.5=etsmlp,model.ces.r_min=0.5,model.ces.r_max=0.5,model.ces.max_phase=0 \
-stable-0.7=etsmlp,model.ces.r_min=0.7,model.ces.r_max=0.7,model.ces.max_phase=0"
+# etsmlp Tables 3 and 4 on the `etsmlp` encoder: the list is shared with etsmlp-lm.sh.
+etsmlp_ablations=$(sed 's/#.*//' scripts/etsmlp-ablations.txt | awk 'NF {
+  printf "%s=etsmlp", $1; for (i = 2; i <= NF; i++) printf ",%s", $i; printf " " }')
 case "$MODELS" in
   main) MODELS=$main ;;
   ablations) MODELS=$ablations ;;

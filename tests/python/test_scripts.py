@@ -144,3 +144,60 @@ def test_lra_sh_table_step_reads_compare_folders(tmp_path):
     cells = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
     assert [(c["name"], c["mark"], c["seeds"]) for c in cells] == \
         [("a", "*", 3), ("b", "=", 3), ("c", "", 3)]
+
+
+def ablation_cells():
+    """scripts/etsmlp-ablations.txt as (name, [(key, value text), ...]) in file order."""
+    cells = []
+    with open(os.path.join(ROOT, "scripts", "etsmlp-ablations.txt")) as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if words:
+                cells.append((words[0], [tuple(w.split("=", 1)) for w in words[1:]]))
+    return cells
+
+
+def compare_runs(script, tmp_path, **env):
+    """The --run values a script hands to `seqmix compare`, caught by a stand-in binary."""
+    argv = tmp_path / "argv"
+    fake = tmp_path / "fake-seqmix"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{argv}"\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", script)], capture_output=True,
+                       text=True, cwd=ROOT, env=dict(os.environ, SEQMIX=str(fake),
+                                                     OUT=str(tmp_path / "out"), **env))
+    assert r.returncode == 0, r.stderr
+    args = argv.read_text().splitlines()
+    return [args[i + 1] for i, a in enumerate(args) if a == "--run"]
+
+
+def test_etsmlp_ablations_reach_both_scripts_and_both_presets(tmp_path):
+    import seqmix  # the package built with the tests (PYTHONPATH set by CTest)
+
+    cells = ablation_cells()
+    assert len(cells) == 10 and cells[0] == ("etsmlp", [])
+    lm = compare_runs("etsmlp-lm.sh", tmp_path, MODELS="ablations")
+    assert lm == [f"{n}=etsmlp-lm" + "".join(f" {k}={v}" for k, v in sets) for n, sets in cells]
+    # lra.sh turns each line into a cell `name=etsmlp,key=value,...` and back into --run.
+    lra = compare_runs("lra.sh", tmp_path, MODELS="etsmlp-ablations", TASKS="listops",
+                       SEEDS="1", PYTHON=PYTHON)
+    assert lra == [r.replace("=etsmlp-lm", "=etsmlp", 1) for r in lm]
+
+    # Every variant is a real key of both presets, and the built model carries its value.
+    def parsed(text):  # as TOML reads the command line's value
+        if text in ("true", "false"):
+            return text == "true"
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return text
+    for name, sets in cells:
+        for preset, kwargs in (("etsmlp", {"task": "listops", "size": "cpu"}),
+                               ("etsmlp-lm", {"size": "tiny"})):
+            overrides = {k: parsed(v) for k, v in sets}
+            model = seqmix.build(preset, **kwargs, **overrides)
+            ces = model.config["model"]["ces"]
+            for key, value in overrides.items():
+                assert ces[key.split(".")[-1]] == value, (name, preset, key, ces)
