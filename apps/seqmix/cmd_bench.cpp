@@ -1,4 +1,5 @@
-// seqmix bench: the operator benchmarks (bench/ops_bench.h), as a table or JSON lines.
+// seqmix bench: the operator and whole-model benchmarks (bench/ops_bench.h,
+// bench/models_bench.h), as a table or JSON lines.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -66,15 +67,25 @@ std::string kernels_description(const std::string& precision) {
              : "fp32 (" + util::blas_description() + ")";
 }
 
-// `seqmix bench models`: whole models, a training step per length (bench/models_bench.h).
+// `seqmix bench models` (a training step per length) and `seqmix bench generate` (a decoding
+// step per context length) of whole models (bench/models_bench.h).
 int run_models(BenchFlags& f, const CLI::App& cmd) {
+  const bool generate = f.mode == "generate";
+  const std::string name = "bench " + f.mode;
   for (const char* flag : {"--ops", "--heads"})
     if (cmd.count(flag) > 0)
-      throw std::invalid_argument(std::string(flag) +
-                                  ": not an option of `bench models` (it takes --models, "
-                                  "--n-heads, --layers, --d-ff)");
+      throw std::invalid_argument(std::string(flag) + ": not an option of `" + name +
+                                  "` (it takes --models, --n-heads, --layers, --d-ff)");
+  if (generate && !f.plot.empty())
+    throw std::invalid_argument("--plot: an option of `bench models` only");
   auto& m = f.models;
   m.precision = f.options.precision;
+  if (generate) {
+    // Contexts up to 2K: the Extractor's decoding reads t lag matrices per token, so
+    // reaching t = 4K at D = 256 alone takes several minutes on 2 cores.
+    m.lengths = {128, 256, 512, 1024, 2048};
+    m.reps = 16;
+  }
   if (cmd.count("--L") > 0) m.lengths = f.options.lengths;
   if (cmd.count("--B") > 0) m.batch = f.options.batch;
   if (cmd.count("--D") > 0) m.d_model = f.options.d_model;
@@ -91,13 +102,19 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
   const std::string kernels = kernels_description(m.precision);
   if (!f.json)
     fmt::print(stderr,
-               "seqmix bench models: training steps, B={} d_model={} layers={} d_ff={} heads={} "
-               "reps={} threads={} {}\n",
+               "seqmix {}: {}, B={} d_model={} layers={} d_ff={} heads={} reps={} threads={} "
+               "{}\n",
+               name, generate ? "decoding steps (median of the reps tokens ending at each L)"
+                              : "training steps",
                m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n, kernels);
   std::vector<nlohmann::json> rows;
-  bench::run_models_bench(m, [&](nlohmann::json row) {
-    report_row(f.json, rows, row);
-  });
+  const auto report = [&](nlohmann::json row) { report_row(f.json, rows, row); };
+  if (generate) {
+    bench::run_generate_bench(m, report);
+    if (!f.json) fmt::print("{}", bench::format_generate_table(rows));
+    return 0;
+  }
+  bench::run_models_bench(m, report);
   if (!f.json) fmt::print("{}", bench::format_models_table(rows));
   if (!f.plot.empty()) {
     bench::plot_models_bench(rows, f.plot);
@@ -109,10 +126,11 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
 int run_bench(BenchFlags& f, const CLI::App& cmd) {
   // Shapes repeat exactly, case by case, unlike training's padded batches.
   util::set_heap_policy(util::HeapPolicy::kRepeating);
-  if (f.mode == "models") return run_models(f, cmd);
+  if (f.mode == "models" || f.mode == "generate") return run_models(f, cmd);
   for (const char* flag : {"--models", "--layers", "--d-ff", "--n-heads", "--plot"})
     if (cmd.count(flag) > 0)
-      throw std::invalid_argument(std::string(flag) + ": an option of `bench models` only");
+      throw std::invalid_argument(std::string(flag) +
+                                  ": an option of `bench models` and `bench generate` only");
   auto& o = f.options;
   bench::OpsBenchOptions d;
   for (const auto& [name, defaults] : modes())
@@ -145,6 +163,7 @@ Command add_bench(CLI::App& app) {
   std::vector<std::string> names;
   for (const auto& m : modes()) names.push_back(m.first);
   names.push_back("models");
+  names.push_back("generate");
   cmd->add_option("mode", f->mode,
                   "ops: AIB kernel vs reference vs softmax attention (B=4, D=512, L=1K..16K); "
                   "extractor: Extractor FFT vs literal per-lag sum vs softmax attention "
@@ -152,15 +171,17 @@ Command add_bench(CLI::App& app) {
                   "(B=4, D=512, L=1K..16K); prefix: aib-net Fig. 3, prefix sums by Algorithm A (sequential) "
                   "vs B (log-depth) in ATen ops (B=4, D=512, L=1K..16K); models: a training step of whole "
                   "models (weird-net, weird-net-a, transformer, etsmlp-lm, extractor-transformer; "
-                  "B=1, D=256, 4 layers, L=512..16K), tokens/s and peak memory. Options override "
-                  "the mode's defaults.")
+                  "B=1, D=256, 4 layers, L=512..16K), tokens/s and peak memory; generate: "
+                  "incremental decoding of the same models, ms per token and state size at "
+                  "context L=128..2K (extractor Table 4). Options override the mode's defaults.")
       ->required()
       ->check(CLI::IsMember(names));
   cmd->add_option("--L", f->options.lengths, "sequence lengths")->delimiter(',');
   cmd->add_option("--B", f->options.batch, "batch size");
   cmd->add_option("--D", f->options.d_model, "channels / d_model");
   cmd->add_option("--heads", f->options.n_heads, "attention heads");
-  cmd->add_option("--reps", f->options.reps, "timed repetitions (median reported)");
+  cmd->add_option("--reps", f->options.reps,
+                  "timed repetitions (median reported); generate: tokens per L (default 16)");
   std::string ops;
   for (const auto& name : bench::ops_bench_names()) ops += (ops.empty() ? "" : ",") + name;
   cmd->add_option("--ops", f->options.ops, "subset of " + ops)->delimiter(',');
@@ -172,11 +193,11 @@ Command add_bench(CLI::App& app) {
   std::string model_names;
   for (const auto& name : bench::models_bench_names())
     model_names += (model_names.empty() ? "" : ",") + name;
-  cmd->add_option("--models", f->models.models, "models: subset of " + model_names)
+  cmd->add_option("--models", f->models.models, "models, generate: subset of " + model_names)
       ->delimiter(',');
-  cmd->add_option("--layers", f->models.n_layers, "models: layers of every model");
-  cmd->add_option("--d-ff", f->models.d_ff, "models: FFN width (ESMLP: hidden width)");
-  cmd->add_option("--n-heads", f->models.n_heads, "models: attention heads");
+  cmd->add_option("--layers", f->models.n_layers, "models, generate: layers of every model");
+  cmd->add_option("--d-ff", f->models.d_ff, "models, generate: FFN width (ESMLP: hidden width)");
+  cmd->add_option("--n-heads", f->models.n_heads, "models, generate: attention heads");
   cmd->add_option("--plot", f->plot, "models: also draw tokens/s and bytes per token (PNG)");
   return {cmd, [f, cmd](char**) { return run_bench(*f, *cmd); }};
 }

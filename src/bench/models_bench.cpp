@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/models/presets.h"
@@ -25,7 +26,7 @@ models::ModelConfig models_bench_config(const std::string& name, const ModelsBen
                                         int64_t L) {
   const auto names = models_bench_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    throw std::invalid_argument("bench models: unknown model '" + name + "' (expected " +
+    throw std::invalid_argument("--models: unknown model '" + name + "' (expected " +
                                 fmt::format("{}", fmt::join(names, ", ")) + ")");
   // Structure A as a language model: the decoder preset with AIB in every layer (the
   // weird-net-a preset itself is the bidirectional LRA encoder).
@@ -42,15 +43,27 @@ models::ModelConfig models_bench_config(const std::string& name, const ModelsBen
   return c;
 }
 
-void run_models_bench(const ModelsBenchOptions& o,
-                      const std::function<void(const nlohmann::json&)>& emit) {
+namespace {
+
+// Sizes and names, checked before anything runs; `mode` names the command in the message.
+void check_options(const ModelsBenchOptions& o, const char* mode) {
   if (o.batch < 1 || o.d_model < 2 || o.n_layers < 1 || o.d_ff < 1 || o.n_heads < 1 ||
       o.reps < 1 || o.d_model % o.n_heads)
-    throw std::invalid_argument(
-        "bench models: B, D, layers, d_ff, heads and reps must be positive, heads dividing D");
+    throw std::invalid_argument(fmt::format(
+        "bench {}: B, D, layers, d_ff, heads and reps must be positive, heads dividing D", mode));
+  if (o.lengths.empty())
+    throw std::invalid_argument(fmt::format("bench {}: no sequence length given", mode));
   for (const int64_t L : o.lengths)
-    if (L < 2) throw std::invalid_argument("bench models: sequence lengths must be >= 2");
+    if (L < 2)
+      throw std::invalid_argument(fmt::format("bench {}: sequence lengths must be >= 2", mode));
   for (const auto& name : o.models) models_bench_config(name, o, 2);  // names first
+}
+
+}  // namespace
+
+void run_models_bench(const ModelsBenchOptions& o,
+                      const std::function<void(const nlohmann::json&)>& emit) {
+  check_options(o, "models");
   const nn::Precision precision = nn::parse_precision(o.precision);
   util::install_memory_counter();
   for (const int64_t L : o.lengths) {
@@ -105,6 +118,70 @@ void run_models_bench(const ModelsBenchOptions& o,
       row["peak_mib"] = peak / (1 << 20);
       row["bytes_per_token"] = peak / static_cast<double>(o.batch * L);
       emit(row);
+    }
+  }
+}
+
+void run_generate_bench(const ModelsBenchOptions& o,
+                        const std::function<void(const nlohmann::json&)>& emit) {
+  check_options(o, "generate");
+  const nn::Precision precision = nn::parse_precision(o.precision);
+  std::vector<int64_t> lengths = o.lengths;
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  const int64_t t_max = lengths.back();
+  for (const auto& name : o.models) {
+    util::release_free_heap();
+    const models::ModelConfig config = models_bench_config(name, o, t_max);
+    auto row_for = [&](int64_t L) {
+      return nlohmann::json{{"model", name},        {"L", L},
+                            {"B", o.batch},         {"D", o.d_model},
+                            {"layers", o.n_layers}, {"parameters", config.num_parameters_approx()},
+                            {"precision", o.precision}};
+    };
+    const double weights = 4.0 * config.num_parameters_approx();
+    const double have = static_cast<double>(mem_available_bytes());
+    if (weights > 0.8 * have) {
+      for (const int64_t L : lengths) {
+        auto row = row_for(L);
+        row["skipped"] = fmt::format(
+            "its weights need ~{:.1f} GiB at max_len {}, more than 80% of the {:.1f} GiB "
+            "available",
+            weights / (1 << 30), t_max, have / (1 << 30));
+        emit(row);
+      }
+      continue;
+    }
+    torch::manual_seed(0);
+    models::SequenceModel model(config);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    std::vector<nn::MixerState> states = model->init_state(o.batch);
+    const at::Tensor tokens = at::randint(config.vocab_size, {o.batch, t_max}, at::kLong);
+    std::vector<double> ms;
+    size_t next = 0;  // the next entry of `lengths` to report
+    for (int64_t t = 0; t < t_max; ++t) {
+      const auto t0 = Clock::now();
+      {
+        const nn::AutocastGuard autocast(precision);
+        // The logits are what a sampler reads; computing them is part of a token's cost.
+        (void)model->step(tokens.select(1, t), states);
+      }
+      ms.push_back(ms_since(t0));
+      if (t + 1 != lengths[next]) continue;
+      // The tokens generated with L - reps .. L - 1 earlier tokens in the state.
+      const auto first = ms.end() - std::min<int64_t>(o.reps, t + 1);
+      const double token_ms = median(std::vector<double>(first, ms.end()));
+      double state_bytes = 0;
+      for (const auto& s : states)
+        for (const auto& x : s.tensors)
+          if (x.defined()) state_bytes += static_cast<double>(x.nbytes());
+      auto row = row_for(t + 1);
+      row["token_ms"] = token_ms;
+      row["tokens_per_s"] = static_cast<double>(o.batch) / (token_ms / 1e3);
+      row["state_mib"] = state_bytes / (1 << 20);
+      emit(row);
+      ++next;
     }
   }
 }
@@ -172,6 +249,52 @@ std::string format_models_table(const std::vector<nlohmann::json>& rows) {
                     : fmt::format(" {:>11}", "-");
     }
     out += "\n";
+  }
+  return out;
+}
+
+std::string format_generate_table(const std::vector<nlohmann::json>& rows) {
+  const auto lengths = lengths_of(rows);
+  const auto models = models_of(rows);
+  std::string out;
+  for (const auto& [what, key, precision] :
+       std::vector<std::tuple<std::string, std::string, int>>{
+           {"ms per token", "token_ms", 3}, {"state MiB", "state_mib", 3}}) {
+    out += fmt::format("\n{:<22}", what);
+    for (const int64_t L : lengths) out += fmt::format(" {:>9}", L);
+    out += "\n";
+    for (const auto& m : models) {
+      out += fmt::format("{:<22}", m);
+      for (const int64_t L : lengths) {
+        const auto* r = find_row(rows, m, L);
+        out += r ? fmt::format(" {:>9.{}f}", r->at(key).get<double>(), precision)
+                 : fmt::format(" {:>9}", "skipped");
+      }
+      out += "\n";
+    }
+  }
+  out += "\ntime per token against the transformer's\n";
+  for (const auto& m : models) {
+    if (m == "transformer") continue;
+    out += fmt::format("{:<22}", m);
+    for (const int64_t L : lengths) {
+      const auto *r = find_row(rows, m, L), *t = find_row(rows, "transformer", L);
+      out += r && t ? fmt::format(" {:>8.2f}x", r->at("token_ms").get<double>() /
+                                                    t->at("token_ms").get<double>())
+                    : fmt::format(" {:>9}", "-");
+    }
+    out += "\n";
+  }
+  // Extractor Table 4, per sublayer: (t d^2 + 2 d^2 + d) / (2 t d + 4 d^2) at t = L.
+  if (!rows.empty()) {
+    const double d = rows.front().value("D", 0.0);
+    out += fmt::format("{:<22}", "extractor T.4 (mults)");
+    for (const int64_t L : lengths) {
+      const double t = static_cast<double>(L);
+      out += fmt::format(" {:>8.1f}x", (t * d * d + 2 * d * d + d) / (2 * t * d + 4 * d * d));
+    }
+    out += "\n(the last row: one Extractor sublayer's multiplications per generated token "
+           "over one\n attention sublayer's, extractor Table 4, at t = L and this D)\n";
   }
   return out;
 }

@@ -363,8 +363,8 @@ TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
 
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"bench models --ops aib_layer", "--ops: not an option of `bench models`"},
-           {"bench ops --layers 2", "--layers: an option of `bench models` only"},
-           {"bench models --models gpt", "bench models: unknown model 'gpt'"},
+           {"bench ops --layers 2", "--layers: an option of `bench models` and `bench generate` only"},
+           {"bench models --models gpt", "--models: unknown model 'gpt'"},
            {"bench models --plot " + dir + "/m.txt", "--plot: must name a .png file"},
            {"bench ops --precision fp16", "--precision: unknown precision 'fp16'"},
            {"bench models --precision fp16 --json", "--precision: unknown precision 'fp16'"}}) {
@@ -372,6 +372,51 @@ TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
     EXPECT_EQ(bad.code, 1) << args << "\n" << bad.output;
     EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;
   }
+}
+
+// `seqmix bench generate`: every model decodes to the longest context and reports a time
+// per token and its decoding state at each length. The state sizes are exact: a key/value
+// cache and an Extractor history grow by their rows per token, CES's state does not grow.
+TEST(CliBench, GenerateGivesTimePerTokenAndStateSize) {
+  const int64_t D = 16, layers = 2;
+  const auto r = run("bench generate --L 8,24 --D 16 --layers 2 --d-ff 32 --n-heads 2 "
+                     "--reps 4 --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 10u) << r.output;  // 5 models x 2 lengths
+  std::map<std::string, std::map<int64_t, double>> state;  // bytes, per model and L
+  for (const auto& row : rows) {
+    ASSERT_FALSE(row.contains("skipped")) << row.dump();
+    EXPECT_GT(row["token_ms"].get<double>(), 0) << row.dump();
+    EXPECT_DOUBLE_EQ(row["tokens_per_s"].get<double>(), 1e3 / row["token_ms"].get<double>());
+    state[row["model"].get<std::string>()][row["L"].get<int64_t>()] =
+        row["state_mib"].get<double>() * (1 << 20);
+  }
+  ASSERT_EQ(state.size(), 5u);
+  const double row_bytes = 4.0 * D;  // one float32 row of width D
+  // Keys and values of every earlier token in every layer.
+  EXPECT_DOUBLE_EQ(state["transformer"][24], 2 * layers * 24 * row_bytes);
+  // The Extractor keeps its layer inputs (one row per earlier token and layer).
+  EXPECT_DOUBLE_EQ(state["extractor-transformer"][24], layers * 24 * row_bytes);
+  // AIB: two projections per token and layer, plus the fixed per-distance weights.
+  EXPECT_DOUBLE_EQ(state["weird-net-a"][24] - state["weird-net-a"][8],
+                   2 * layers * 16 * row_bytes);
+  // CES: a fixed-size complex state.
+  EXPECT_GT(state["etsmlp-lm"][8], 0);
+  EXPECT_DOUBLE_EQ(state["etsmlp-lm"][24], state["etsmlp-lm"][8]);
+
+  const std::string dir = seqmix::testing::temp_dir("cli-bench-generate");
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"bench generate --plot " + dir + "/g.png", "--plot: an option of `bench models` only"},
+           {"bench generate --models gpt", "--models: unknown model 'gpt'"},
+           {"bench generate --L 1", "bench generate: sequence lengths must be >= 2"},
+           {"bench generate --reps 0", "bench generate: B, D, layers, d_ff, heads and reps"},
+           {"bench generate --ops aib_layer", "--ops: not an option of `bench generate`"}}) {
+    const auto bad = run(args);
+    EXPECT_EQ(bad.code, 1) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/g.png"));
 }
 
 }  // namespace

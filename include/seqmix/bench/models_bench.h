@@ -48,7 +48,7 @@ struct ModelsBenchOptions {
 std::vector<std::string> models_bench_names();
 
 /// The configuration a model row trains: its preset at the shared shape, max_len = L.
-/// @throws std::invalid_argument naming an unknown model (listing the names).
+/// @throws std::invalid_argument naming an unknown model ("--models: ...", listing the names).
 models::ModelConfig models_bench_config(const std::string& name, const ModelsBenchOptions& o,
                                         int64_t L);
 
@@ -63,6 +63,34 @@ void run_models_bench(const ModelsBenchOptions& options,
 /// transformer at every L next to the papers' (weird-net Table V: 2.7x the Transformer's
 /// speed and 0.50x its memory at 4K).
 std::string format_models_table(const std::vector<nlohmann::json>& rows);
+
+/// `seqmix bench generate`: incremental decoding speed against context length, the path
+/// `seqmix generate` takes (SequenceModel::step, one token per sequence at a time, no
+/// gradients), for the same models at the same shape. It measures the claim of the Extractor
+/// paper's Table 4: at context length t a generated token costs one Extractor sublayer
+/// t d^2 + 2 d^2 + d multiplications (one D x D lag matrix per earlier position) against
+/// 2 t d + 4 d^2 for a self-attention sublayer with its key/value cache. An AIB sublayer
+/// caches its two projections of every earlier token, O(t d) per token like attention (its
+/// per-distance weights are not geometric, so no fixed-size state gives the same output);
+/// a CES sublayer's state does not grow with t.
+///
+/// Per model: B random token sequences are decoded from position 0 to max(lengths), timing
+/// every step. For each L in `lengths`, the row reports the median step time over the
+/// `reps` tokens ending at position L (the tokens generated with L - reps .. L - 1 earlier
+/// tokens in the state), tokens/s = B / that time, and the decoding state's size after L
+/// tokens (the sum of every layer's MixerState tensors: key/value caches, Extractor input
+/// histories, AIB's projections and per-distance weights, CES's hidden state), in MiB. A
+/// model whose weights exceed 80% of MemAvailable is skipped with a row saying so (the
+/// Extractor's max(L) lag matrices per layer grow with L). Rows: "model", "L", "B", "D", "layers", "parameters", "token_ms",
+/// "tokens_per_s", "state_mib", or "skipped" with the reason.
+/// @throws std::invalid_argument for an unknown model, a non-positive size, or lengths below 2.
+void run_generate_bench(const ModelsBenchOptions& options,
+                        const std::function<void(const nlohmann::json&)>& emit);
+
+/// The generate rows as a table (ms per token and state MiB per model and L), then each
+/// model's time per token relative to the transformer's, next to the multiplications per
+/// token of one Extractor sublayer relative to one attention sublayer (extractor Table 4).
+std::string format_generate_table(const std::vector<nlohmann::json>& rows);
 
 /// Draws tokens/s and bytes per token against L (log-log, one line per model) into the PNG
 /// `path` with gnuplot (train/plot.h's run_gnuplot).
