@@ -3,6 +3,7 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace seqmix::nn {
@@ -71,31 +72,49 @@ MixerState AIBAttentionImpl::init_state(int64_t batch) const {
   MixerState s;
   const auto opts = w.options().requires_grad(false);
   torch::NoGradGuard no_grad;
-  // The per-distance weights a_d for every distance this layer can see, computed once.
+  // The per-distance weights a_d for every distance this layer can see, computed once and
+  // stored reversed (row j: distance max_len - 1 - j), so that the rows a step needs, the
+  // distances t-1 .. 0 of the positions 0 .. t-1, are one contiguous block at the end.
   const at::Tensor lag =
-      ops::aib_lag_weights(ops::aib_level_weights(w, options.weights()), options.max_len());
-  s.tensors = {torch::empty({batch, 0, options.d_model()}, opts),
-               torch::empty({batch, 0, options.d_model()}, opts), lag};
+      ops::aib_lag_weights(ops::aib_level_weights(w, options.weights()), options.max_len())
+          .flip(0)
+          .contiguous();
+  const int64_t D = options.d_model();
+  s.tensors = {torch::empty({batch, 0, D}, opts), torch::empty({batch, 0, D}, opts), lag,
+               torch::full({batch, 1, D}, -std::numeric_limits<double>::infinity(), opts)};
   return s;
 }
 
 at::Tensor AIBAttentionImpl::step(const at::Tensor& x_t, MixerState& state) {
   TORCH_CHECK(x_t.dim() == 2 && x_t.size(1) == options.d_model(),
               "AIBAttention::step: x_t must be [B, ", options.d_model(), "], got ", x_t.sizes());
-  TORCH_CHECK(state.tensors.size() == 3, "AIBAttention::step: state was not made by init_state");
+  TORCH_CHECK(state.tensors.size() == 4, "AIBAttention::step: state was not made by init_state");
   TORCH_CHECK(state.pos < options.max_len(), "AIBAttention::step: position ", state.pos,
               " reaches max_len ", options.max_len());
-  at::Tensor& a_cache = state.tensors[0];  // [B, t, D]
-  at::Tensor& v_cache = state.tensors[1];  // [B, t, D]
+  at::Tensor& ev_cache = state.tensors[0];  // [B, t, D]: E_j V_j, E_j = exp(A_j - m)
+  at::Tensor& e_cache = state.tensors[1];   // [B, t, D]: E_j
+  at::Tensor& m = state.tensors[3];         // [B, 1, D]: the largest A_j so far
   // The caches stay float32 when the projections return bfloat16 (train.precision = bf16).
-  a_cache = at::cat({a_cache, w_a(x_t).unsqueeze(1).to(a_cache.scalar_type())}, 1);
-  v_cache = at::cat({v_cache, w_v(x_t).unsqueeze(1).to(v_cache.scalar_type())}, 1);
-  const int64_t t = a_cache.size(1);
-  // Closed form at the newest position: H = sum_d a_d E_{t-1-d} V_{t-1-d}, U likewise.
-  const at::Tensor lag = state.tensors[2].narrow(0, 0, t).flip(0);  // row j: distance t-1-j
-  const at::Tensor m = std::get<0>(a_cache.max(1, true));
-  const at::Tensor e = at::exp(a_cache - m) * lag;  // [B, t, D]
-  const at::Tensor h = (e * v_cache).sum(1), u = e.sum(1);
+  const auto type = e_cache.scalar_type();
+  const at::Tensor a = w_a(x_t).unsqueeze(1).to(type), v = w_v(x_t).unsqueeze(1).to(type);
+  // Exponentials relative to the running maximum: each A_j is exponentiated once, and the
+  // cache is rescaled only in the steps where some channel's maximum grows (then by
+  // exp(m_old - m_new) <= 1, so nothing overflows for any |A|).
+  const at::Tensor m_new = at::maximum(m, a);
+  if (state.pos > 0 && at::any(m_new > m).item<bool>()) {
+    const at::Tensor scale = at::exp(m - m_new);
+    ev_cache.mul_(scale);
+    e_cache.mul_(scale);
+  }
+  m = m_new;
+  const at::Tensor e = at::exp(a - m);
+  ev_cache = at::cat({ev_cache, e * v}, 1);
+  e_cache = at::cat({e_cache, e}, 1);
+  const int64_t t = e_cache.size(1);
+  // Closed form at the newest position: H = sum_j a_{t-1-j} E_j V_j, U = sum_j a_{t-1-j} E_j.
+  const at::Tensor& lag_rev = state.tensors[2];
+  const at::Tensor lag = lag_rev.narrow(0, lag_rev.size(0) - t, t);  // row j: distance t-1-j
+  const at::Tensor h = (ev_cache * lag).sum(1), u = (e_cache * lag).sum(1);
   ++state.pos;
   return w_o(h / u);
 }

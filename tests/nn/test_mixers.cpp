@@ -138,6 +138,30 @@ TEST(AIBAttention, EncoderCannotDecode) {
   EXPECT_THROW(m->init_state(1), std::logic_error);
 }
 
+// The decoding state keeps exp(A_j - running max) and rescales it when a channel's maximum
+// grows. Inputs whose A rises through hundreds (a new maximum in most steps, exp(A) far
+// beyond float64's range) and then falls must still give the forward pass's outputs.
+TEST(AIBAttention, StepMatchesForwardWhenTheMaximumKeepsGrowing) {
+  torch::manual_seed(5);
+  nn::AIBAttention m(nn::AIBAttentionOptions(8, 64));
+  m->to(at::kDouble);
+  m->eval();
+  const int64_t B = 2, L = 60;
+  const at::Tensor ramp = at::cat({at::linspace(0, 800, 40, at::kDouble),
+                                   at::linspace(800, -400, 20, at::kDouble)})
+                              .view({1, L, 1});
+  const at::Tensor x = at::randn({B, L, 8}, at::kDouble) + ramp;
+  torch::NoGradGuard no_grad;
+  const at::Tensor full = m->forward(x, {});
+  ASSERT_TRUE(at::isfinite(full).all().item<bool>());
+  nn::MixerState state = m->init_state(B);
+  for (int64_t t = 0; t < L; ++t) {
+    const at::Tensor y = m->step(x.select(1, t), state);
+    ASSERT_TRUE(at::allclose(y, full.select(1, t), 1e-9, 1e-9))
+        << "position " << t << " max diff " << (y - full.select(1, t)).abs().max().item<double>();
+  }
+}
+
 TEST(AIBAttention, RejectsSequencesLongerThanMaxLen) {
   nn::AIBAttention m(nn::AIBAttentionOptions(8, 16));
   EXPECT_THROW(m->forward(at::randn({1, 17, 8}), {}), c10::Error);

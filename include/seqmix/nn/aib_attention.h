@@ -34,8 +34,10 @@ struct AIBAttentionOptions {
 /// Parameters: `w_a`, `w_v` (Linear D->D), `w` [K, D], `w_o` (Linear D->D, with bias).
 /// Init (weird-net Sec. III.G): W_A, W_V ~ N(0, 1/D); w ~ N(0, 1);
 /// W_O ~ N(0, (1 - 2/D) / (2 N D)); biases 0.
-/// Decoding state: tensors {A cache [B, t, D], V cache [B, t, D], a_d [max_len, D]}; each step
-/// costs O(t D) (like a KV cache) and never recomputes the projections of the prefix.
+/// Decoding state: tensors {E V cache [B, t, D], E cache [B, t, D], a_d reversed [max_len, D],
+/// running max of A [B, 1, D]} with E_j = exp(A_j - max); each step costs O(t D) (like a KV
+/// cache: the distance weights of every earlier token change with each new token), and
+/// exponentiates only the new token's A unless a channel's maximum grows.
 ///
 /// Example:
 ///   namespace sn = seqmix::nn;
