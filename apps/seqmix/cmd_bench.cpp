@@ -98,7 +98,7 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
   util::check_threads(f.threads, "--threads");
   util::check_threads(f.blas_threads, "--blas-threads");
   const int64_t n = util::configure_threads(f.threads, f.blas_threads);
-  for (const auto& name : m.models) bench::models_bench_config(name, m, 2);  // before any run
+  bench::check_models_bench_options(m, f.mode);  // before the header line and any run
   const std::string kernels = kernels_description(m.precision);
   if (!f.json)
     fmt::print(stderr,

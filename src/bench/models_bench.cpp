@@ -43,10 +43,7 @@ models::ModelConfig models_bench_config(const std::string& name, const ModelsBen
   return c;
 }
 
-namespace {
-
-// Sizes and names, checked before anything runs; `mode` names the command in the message.
-void check_options(const ModelsBenchOptions& o, const char* mode) {
+void check_models_bench_options(const ModelsBenchOptions& o, const std::string& mode) {
   if (o.batch < 1 || o.d_model < 2 || o.n_layers < 1 || o.d_ff < 1 || o.n_heads < 1 ||
       o.reps < 1 || o.d_model % o.n_heads)
     throw std::invalid_argument(fmt::format(
@@ -59,11 +56,9 @@ void check_options(const ModelsBenchOptions& o, const char* mode) {
   for (const auto& name : o.models) models_bench_config(name, o, 2);  // names first
 }
 
-}  // namespace
-
 void run_models_bench(const ModelsBenchOptions& o,
                       const std::function<void(const nlohmann::json&)>& emit) {
-  check_options(o, "models");
+  check_models_bench_options(o, "models");
   const nn::Precision precision = nn::parse_precision(o.precision);
   util::install_memory_counter();
   for (const int64_t L : o.lengths) {
@@ -124,7 +119,7 @@ void run_models_bench(const ModelsBenchOptions& o,
 
 void run_generate_bench(const ModelsBenchOptions& o,
                         const std::function<void(const nlohmann::json&)>& emit) {
-  check_options(o, "generate");
+  check_models_bench_options(o, "generate");
   const nn::Precision precision = nn::parse_precision(o.precision);
   std::vector<int64_t> lengths = o.lengths;
   std::sort(lengths.begin(), lengths.end());

@@ -52,6 +52,11 @@ std::vector<std::string> models_bench_names();
 models::ModelConfig models_bench_config(const std::string& name, const ModelsBenchOptions& o,
                                         int64_t L);
 
+/// Checks the sizes (positive, heads dividing D, lengths >= 2) and the model names before
+/// anything runs; `mode` ("models" or "generate") names the command in the message.
+/// @throws std::invalid_argument "bench <mode>: ..." or "--models: ...".
+void check_models_bench_options(const ModelsBenchOptions& options, const std::string& mode);
+
 /// Runs the benchmark; `emit` gets one JSON object per model and length as soon as it is
 /// measured: "model", "L", "B", "D", "layers", "parameters", "step_ms", "tokens_per_s",
 /// "peak_mib", "bytes_per_token", or "skipped" with the reason.
