@@ -85,6 +85,8 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
     // reaching t = 4K at D = 256 alone takes several minutes on 2 cores.
     m.lengths = {128, 256, 512, 1024, 2048};
     m.reps = 16;
+    // One thread, as `seqmix generate` decodes: a token's work is too small to share.
+    if (cmd.count("--threads") == 0) f.threads = 1;
   }
   if (cmd.count("--L") > 0) m.lengths = f.options.lengths;
   if (cmd.count("--B") > 0) m.batch = f.options.batch;
@@ -185,7 +187,7 @@ Command add_bench(CLI::App& app) {
   std::string ops;
   for (const auto& name : bench::ops_bench_names()) ops += (ops.empty() ? "" : ",") + name;
   cmd->add_option("--ops", f->options.ops, "subset of " + ops)->delimiter(',');
-  cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all)");
+  cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all; generate: default 1)");
   cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");
   cmd->add_option("--precision", f->options.precision,
