@@ -201,3 +201,14 @@ def test_etsmlp_ablations_reach_both_scripts_and_both_presets(tmp_path):
             ces = model.config["model"]["ces"]
             for key, value in overrides.items():
                 assert ces[key.split(".")[-1]] == value, (name, preset, key, ces)
+
+
+def test_lra_ablations_leave_structure_b_out_of_the_one_layer_path_x(tmp_path):
+    # Path-X at the CPU size has one layer: a two-mixer pattern there is an invalid
+    # configuration, and compare would refuse the whole task. The other tasks keep it.
+    pathx = compare_runs("lra.sh", tmp_path, MODELS="ablations", TASKS="pathx", SEEDS="1",
+                         PYTHON=PYTHON)
+    assert [r.split("=", 1)[0] for r in pathx] == ["weird-net-a", "aib-exp-w", "ps-attention"]
+    listops = compare_runs("lra.sh", tmp_path, MODELS="ablations", TASKS="listops", SEEDS="1",
+                           PYTHON=PYTHON)
+    assert listops[-1] == "structure-b=weird-net-a model.mixers=['aib','attention']"
