@@ -7,7 +7,6 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/models/presets.h"
@@ -210,27 +209,34 @@ std::vector<std::string> models_of(const std::vector<nlohmann::json>& rows) {
   return ms;
 }
 
+// One metric as a table: a header of lengths, then a line per model ("skipped" where the
+// row was); shared by the training and the decoding tables.
+std::string metric_block(const std::vector<nlohmann::json>& rows, const std::string& title,
+                         const std::string& key, int decimals) {
+  const auto lengths = lengths_of(rows);
+  std::string out = fmt::format("\n{:<22}", title);
+  for (const int64_t L : lengths) out += fmt::format(" {:>9}", L);
+  out += "\n";
+  for (const auto& m : models_of(rows)) {
+    out += fmt::format("{:<22}", m);
+    for (const int64_t L : lengths) {
+      const auto* r = find_row(rows, m, L);
+      out += r ? fmt::format(" {:>9.{}f}", r->at(key).get<double>(), decimals)
+               : fmt::format(" {:>9}", "skipped");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_models_table(const std::vector<nlohmann::json>& rows) {
   const auto lengths = lengths_of(rows);
   const auto models = models_of(rows);
   std::string out;
-  for (const char* what : {"tokens/s", "peak MiB"}) {
-    out += fmt::format("\n{:<22}", what);
-    for (const int64_t L : lengths) out += fmt::format(" {:>9}", L);
-    out += "\n";
-    for (const auto& m : models) {
-      out += fmt::format("{:<22}", m);
-      for (const int64_t L : lengths) {
-        const auto* r = find_row(rows, m, L);
-        out += r ? fmt::format(" {:>9.0f}", r->at(what[0] == 't' ? "tokens_per_s" : "peak_mib")
-                                                .get<double>())
-                 : fmt::format(" {:>9}", "skipped");
-      }
-      out += "\n";
-    }
-  }
+  out += metric_block(rows, "tokens/s", "tokens_per_s", 0);
+  out += metric_block(rows, "peak MiB", "peak_mib", 0);
   out += "\nagainst the transformer (speed x, memory x; weird-net Table V at 4K: 2.7x, 0.50x)\n";
   for (const auto& m : models) {
     if (m == "transformer") continue;
@@ -252,22 +258,8 @@ std::string format_generate_table(const std::vector<nlohmann::json>& rows) {
   const auto lengths = lengths_of(rows);
   const auto models = models_of(rows);
   std::string out;
-  for (const auto& [what, key, precision] :
-       std::vector<std::tuple<std::string, std::string, int>>{
-           {"ms per token", "token_ms", 3}, {"state MiB", "state_mib", 3}}) {
-    out += fmt::format("\n{:<22}", what);
-    for (const int64_t L : lengths) out += fmt::format(" {:>9}", L);
-    out += "\n";
-    for (const auto& m : models) {
-      out += fmt::format("{:<22}", m);
-      for (const int64_t L : lengths) {
-        const auto* r = find_row(rows, m, L);
-        out += r ? fmt::format(" {:>9.{}f}", r->at(key).get<double>(), precision)
-                 : fmt::format(" {:>9}", "skipped");
-      }
-      out += "\n";
-    }
-  }
+  out += metric_block(rows, "ms per token", "token_ms", 3);
+  out += metric_block(rows, "state MiB", "state_mib", 3);
   out += "\ntime per token against the transformer's\n";
   for (const auto& m : models) {
     if (m == "transformer") continue;
