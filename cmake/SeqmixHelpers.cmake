@@ -8,7 +8,10 @@ function(seqmix_add_test name)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE seqmix GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  target_compile_definitions(${name} PRIVATE SEQMIX_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  # SEQMIX_PYTHON: the environment's interpreter (its torch is the LibTorch seqmix links), for
+  # tests that check what plain PyTorch makes of seqmix's files.
+  target_compile_definitions(${name} PRIVATE SEQMIX_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                             SEQMIX_PYTHON="${SEQMIX_PYTHON}")
   seqmix_warnings(${name})
   target_precompile_headers(${name} REUSE_FROM seqmix)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60

@@ -86,6 +86,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/seqmixConfigVersion
   VERSION ${PROJECT_VERSION} COMPATIBILITY ${_seqmix_compat})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/seqmixConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/seqmixConfigVersion.cmake
+  ${CMAKE_CURRENT_SOURCE_DIR}/cmake/SeqmixTorch.cmake
   DESTINATION ${SEQMIX_INSTALL_CMAKEDIR})
 
 # --- pkg-config ----------------------------------------------------------------------------
@@ -109,10 +110,12 @@ if(TARGET torch_cpu)
     endforeach()
   endif()
 endif()
-string(APPEND _seqmix_pc_cflags " ${OpenMP_CXX_FLAGS}")
-get_filename_component(_seqmix_torch_libdir "${TORCH_LIBRARY}" DIRECTORY)
-set(_seqmix_pc_libs "-L${_seqmix_torch_libdir} -Wl,--no-as-needed -ltorch -ltorch_cpu")
-string(APPEND _seqmix_pc_libs " -Wl,--as-needed -lc10 ${OpenMP_CXX_FLAGS}")
+string(APPEND _seqmix_pc_cflags " -fopenmp")
+# The wheel's libraries (and its libgomp.so.1, the OpenMP runtime LibTorch uses) are not in
+# the loader's default path: the program gets an RPATH to them.
+set(_seqmix_pc_libs "-L${SEQMIX_TORCH_LIB_DIR} -Wl,-rpath,${SEQMIX_TORCH_LIB_DIR}")
+string(APPEND _seqmix_pc_libs " -Wl,--no-as-needed -ltorch -ltorch_cpu")
+string(APPEND _seqmix_pc_libs " -Wl,--as-needed -lc10 ${SEQMIX_TORCH_GOMP}")
 foreach(lib IN LISTS CMAKE_DL_LIBS)
   string(APPEND _seqmix_pc_libs " -l${lib}")
 endforeach()

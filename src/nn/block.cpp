@@ -6,7 +6,7 @@ namespace seqmix::nn {
 
 BlockImpl::BlockImpl(std::shared_ptr<MixerImpl> mixer_, FeedForwardOptions ffn_opts, bool pre_norm_,
                      double dropout_, bool norm, bool with_ffn, const std::string& norm_type)
-    : torch::nn::Module("Block"),
+    : torch::nn::Cloneable<BlockImpl>("Block"),
       pre_norm(pre_norm_),
       dropout(dropout_),
       given_mixer_(std::move(mixer_)),

@@ -1,6 +1,7 @@
 #include "seqmix/nn/ces.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <limits>
@@ -28,7 +29,7 @@ std::string to_string(CESShortcut s) {
   return "none";
 }
 
-CESImpl::CESImpl(CESOptions options_) : torch::nn::Module("CES"), options(std::move(options_)) {
+CESImpl::CESImpl(CESOptions options_) : torch::nn::Cloneable<CESImpl>("CES"), options(std::move(options_)) {
   reset();
 }
 
@@ -157,7 +158,7 @@ at::Tensor CESImpl::step(const at::Tensor& x_t, at::Tensor& state) {
 }
 
 ESMLPImpl::ESMLPImpl(ESMLPOptions options_)
-    : torch::nn::Module("ESMLP"), options(std::move(options_)) {
+    : Mixer<ESMLPImpl>("ESMLP"), options(std::move(options_)) {
   reset();
 }
 

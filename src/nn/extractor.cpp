@@ -1,6 +1,7 @@
 #include "seqmix/nn/extractor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -8,7 +9,7 @@
 namespace seqmix::nn {
 
 ExtractorImpl::ExtractorImpl(ExtractorOptions options_)
-    : torch::nn::Module("Extractor"), options(std::move(options_)) {
+    : Mixer<ExtractorImpl>("Extractor"), options(std::move(options_)) {
   reset();
 }
 

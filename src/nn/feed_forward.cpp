@@ -26,7 +26,7 @@ std::string to_string(Activation a) {
 }
 
 FeedForwardImpl::FeedForwardImpl(FeedForwardOptions options_)
-    : torch::nn::Module("FeedForward"), options(std::move(options_)) {
+    : torch::nn::Cloneable<FeedForwardImpl>("FeedForward"), options(std::move(options_)) {
   reset();
 }
 

@@ -6,7 +6,7 @@
 namespace seqmix::nn {
 
 SelfAttentionImpl::SelfAttentionImpl(SelfAttentionOptions options_)
-    : torch::nn::Module("SelfAttention"), options(std::move(options_)) {
+    : Mixer<SelfAttentionImpl>("SelfAttention"), options(std::move(options_)) {
   reset();
 }
 
@@ -45,8 +45,8 @@ at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mas
   at::Tensor q = parts[0], k = parts[1], v = parts[2];
   if (options.use_sdpa() && !mask.defined()) {
     const double p = is_training() ? options.dropout() : 0.0;
-    at::Tensor y = std::get<0>(at::_scaled_dot_product_attention(q, k, v, {}, p, false,
-                                                                   options.causal()));
+    at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, p,
+                                                    /*is_causal=*/options.causal());
     return out(y.transpose(1, 2).reshape({B, L, D}));
   }
   if (mask.defined())

@@ -1120,7 +1120,7 @@ void check_optimizer_state(const std::string& path, torch::optim::Optimizer& opt
     names[p.value().unsafeGetTensorImpl()] = p.key();
   for (auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
-      const auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      const auto it = optimizer.state().find(p.unsafeGetTensorImpl());
       if (it == optimizer.state().end()) continue;
       const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
       if (!s) continue;

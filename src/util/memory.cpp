@@ -48,7 +48,7 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     // c10 hands out no memory for 0 bytes (data == nullptr), and a DataPtr whose context is
     // null never calls its deleter: keep such blocks out of the map, or their Context leaks.
     if (n == 0) return base_->allocate(0);
@@ -66,6 +66,9 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
  private:
   struct Context {
@@ -130,7 +133,7 @@ class LargeBlockCache final : public c10::Allocator {
     evict_locked(0);
   }
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     if (static_cast<int64_t>(n) < min_bytes_.load()) return base_->allocate(n);
     Block* b = take_pooled(n);
     if (!b) {
@@ -146,6 +149,9 @@ class LargeBlockCache final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   int64_t cached_bytes() const {

@@ -1,7 +1,6 @@
 #include "seqmix/util/threads.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,19 +21,12 @@ void check_threads(int64_t threads, const std::string& what) {
         std::thread::hardware_concurrency(), max_threads(), threads));
 }
 
-int64_t configure_threads(int64_t threads, int64_t blas_threads) {
+int64_t configure_threads(int64_t threads) {
   check_threads(threads, "train.threads");
   const int64_t n =
       threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Also MKL's count: the wheel's MKL runs on the same OpenMP threads as ATen's loops.
   at::set_num_threads(static_cast<int>(n));
-  // LibTorch's threads and OpenBLAS's own pool oversubscribe the cores. Measured on 2 cores
-  // (docs/RESULTS.md): weird-net/mini trains at 10.5k tokens/s with OpenBLAS on one thread
-  // vs 8.6k with its default pool; at base size the two are within 5%. So GEMMs run
-  // single-threaded inside LibTorch's parallelism. Looked up at run time: the BLAS behind
-  // LibTorch is whatever Debian's libblas.so.3 alternative points to.
-  using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(static_cast<int>(blas_threads > 0 ? blas_threads : n));
   return n;
 }
 

@@ -281,10 +281,10 @@ TEST(Export, CliExportImportEvalGenerateResume) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("is a run folder's config.toml"), std::string::npos) << r.output;
 
-  // Plain PyTorch reads it, when the system Python has torch.
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0) {
-    const std::string py = "/usr/bin/python3 -c \"import torch; d = torch.load('" + file +
-                           "'); assert type(d) is dict and type(d['state_dict']) is dict; "
+  // Plain PyTorch reads it with torch.load's defaults (weights_only=True since 2.6).
+  {
+    const std::string py = std::string(SEQMIX_PYTHON) + " -c \"import torch; d = torch.load('" +
+                           file + "'); assert type(d) is dict and type(d['state_dict']) is dict; "
                            "print(d['format'], d['version'], d['config']['model']['size'], "
                            "d['tokenizer'], len(d['state_dict']))\" 2>&1";
     FILE* p = popen(py.c_str(), "r");

@@ -47,7 +47,7 @@ struct AIBAttentionOptions {
 ///   at::Tensor y = aib(torch::randn({2, 100, 64}), at::Tensor());  // no mask: [2, 100, 64]
 ///   seqmix::nn::MixerState s = aib->init_state(2);
 ///   at::Tensor y0 = aib->step(torch::randn({2, 64}), s);  // one decoding step, [2, 64]
-class AIBAttentionImpl : public torch::nn::Cloneable<AIBAttentionImpl>, public MixerImpl {
+class AIBAttentionImpl : public Mixer<AIBAttentionImpl> {
  public:
   explicit AIBAttentionImpl(AIBAttentionOptions options);
   /// (Re)creates w_a, w_v, w_o and w from the options and initialises them; clone() relies

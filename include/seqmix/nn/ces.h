@@ -124,7 +124,7 @@ struct ESMLPOptions {
 ///                               .gate(true));  // ESMLP-Gate, bidirectional
 ///   at::Tensor y = esmlp(torch::randn({2, 100, 64}), at::Tensor());  // [2, 100, 64]
 ///   seqmix::nn::Block block = seqmix::nn::make_esmlp_block(esmlp->options);  // the layer
-class ESMLPImpl : public torch::nn::Cloneable<ESMLPImpl>, public MixerImpl {
+class ESMLPImpl : public Mixer<ESMLPImpl> {
  public:
   explicit ESMLPImpl(ESMLPOptions options);
   /// (Re)creates in_proj, ces, out_proj and gate_proj (if gated) and initialises them;

@@ -46,7 +46,7 @@ struct ExtractorOptions {
 ///       seqmix::nn::ExtractorOptions(/*d_model=*/64, /*max_len=*/128).out_proj(false));
 ///   at::Tensor y = ext(torch::randn({2, 128, 64}), at::Tensor());  // [2, 128, 64]
 ///   auto copy = std::dynamic_pointer_cast<seqmix::nn::ExtractorImpl>(ext->clone());
-class ExtractorImpl : public torch::nn::Cloneable<ExtractorImpl>, public MixerImpl {
+class ExtractorImpl : public Mixer<ExtractorImpl> {
  public:
   explicit ExtractorImpl(ExtractorOptions options);
   /// (Re)creates w_ext, w_adj and w_opt (as the options ask) and initialises them; clone()

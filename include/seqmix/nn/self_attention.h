@@ -46,7 +46,7 @@ struct SelfAttentionOptions {
 ///   at::Tensor x = torch::randn({2, 100, 64});
 ///   at::Tensor mask = torch::ones({2, 100}, torch::kBool);  // true = a real token
 ///   at::Tensor y = attn(x, mask);                          // [2, 100, 64]
-class SelfAttentionImpl : public torch::nn::Cloneable<SelfAttentionImpl>, public MixerImpl {
+class SelfAttentionImpl : public Mixer<SelfAttentionImpl> {
  public:
   explicit SelfAttentionImpl(SelfAttentionOptions options);
   /// (Re)creates qkv and out from the options and initialises them; clone() relies on it.

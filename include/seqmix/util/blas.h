@@ -1,54 +1,23 @@
 #pragma once
 /// @file blas.h
-/// Which OpenBLAS kernels run LibTorch's matrix products (reported by `seqmix info` and
-/// `seqmix bench`, since they set the speed of every projection and attention product).
-///
-/// A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels when it is loaded: from the CPU, or
-/// from the environment variable OPENBLAS_CORETYPE when that is set. Forcing an older family
-/// costs real time: on a Zen 5 host (AVX-512, detected as "Cooperlake" by Debian 12's 0.3.21)
-/// OPENBLAS_CORETYPE=Haswell made an AIB layer's forward+backward 1.5x and a softmax attention
-/// layer's 1.35x slower (docs/RESULTS.md). A CPU it does not know gets the generic "Prescott"
-/// (SSE3) kernels: on an Emerald Rapids host (cpuid family 6, model 207) that made a
-/// Transformer ListOps run 1.45x slower; `reexec_with_fitting_openblas_core` fixes that
-/// for the CLI.
+/// What runs LibTorch's matrix products (reported by `seqmix info`, `seqmix train` and
+/// `seqmix bench`, since they set the speed of every projection and attention product), and
+/// libgomp's wait policy. The PyPI torch wheel links Intel MKL (fp32 GEMMs) and oneDNN
+/// (bfloat16 GEMMs under autocast) statically; both run on LibTorch's intra-op threads
+/// (at::set_num_threads sets MKL's count too), so there is no second BLAS pool to size.
 #include <cstdint>
 #include <string>
 
-#include "seqmix/util/cpu.h"  // CpuFeatures, cpu_features(): which family can run here
-
 namespace seqmix::util {
 
-/// The OpenBLAS kernel family in use ("Haswell", "SkylakeX", "Cooperlake", ...; from
-/// openblas_get_corename, looked up at run time), or "" when the BLAS loaded with LibTorch is
-/// not OpenBLAS.
-std::string openblas_core();
-
-/// One line for logs: "OpenBLAS Cooperlake", "OpenBLAS Haswell (OPENBLAS_CORETYPE=Haswell)"
-/// when the environment chose the kernels, "OpenBLAS Cooperlake (chosen by seqmix: ...)" when
-/// `reexec_with_fitting_openblas_core` did, or "not OpenBLAS".
+/// One line for logs: "MKL 2024.2 (fp32 GEMMs)", or "no MKL" for a LibTorch built without it.
 std::string blas_description();
 
-/// Which oneDNN kernels run LibTorch's bfloat16 matrix products (train.precision = bf16):
-/// "oneDNN 2.6.3, ISA avx512_core_bf16 (AMX: no)". The ISA is oneDNN's own choice for this
-/// CPU (dnnl_get_effective_cpu_isa, looked up at run time in the oneDNN LibTorch loaded);
-/// "avx512_core" or older means bfloat16 is emulated with float32 arithmetic, and
-/// "avx512_core_amx" that AMX tiles run it. "oneDNN not loaded" when LibTorch has no oneDNN.
+/// Which kernels run LibTorch's bfloat16 matrix products (train.precision = bf16):
+/// "oneDNN v3.10.2, bf16 on AMX", "... bf16 on AVX-512 BF16" or "... bf16 emulated in
+/// fp32 (no AVX-512 BF16)": the last means bfloat16 gains nothing on this CPU. From the
+/// oneDNN LibTorch reports and its CPU checks (ATen/cpu/Utils.h).
 std::string onednn_description();
-
-/// The kernel family to force with OPENBLAS_CORETYPE, or "" to keep what OpenBLAS chose.
-/// Non-empty only when OpenBLAS fell back to its generic "Prescott" kernels (`loaded_core`)
-/// on its own (`coretype_set` false: a user's OPENBLAS_CORETYPE, even "Prescott", is never
-/// overridden) on a CPU that runs a faster family: "Cooperlake", "SkylakeX" or "Haswell", the
-/// newest that `cpu` supports (OpenBLAS's own choices for such CPUs).
-std::string openblas_core_override(const std::string& loaded_core, bool coretype_set,
-                                   const CpuFeatures& cpu);
-
-/// OpenBLAS picks its kernels once, when it is loaded with LibTorch, before `main` runs; so
-/// when `openblas_core_override` names a family for this process, this sets
-/// OPENBLAS_CORETYPE to it and re-executes the program (`/proc/self/exe` with `argv`, the
-/// same environment otherwise). Returns only when nothing needs doing or the exec failed (the
-/// program then goes on with the generic kernels). Call it first thing in `main`.
-void reexec_with_fitting_openblas_core(char** argv);
 
 /// The OMP_WAIT_POLICY a process should run with when it will use `threads` intra-op threads
 /// for many tiny parallel regions (token-by-token generation): "passive" when threads > 1 and

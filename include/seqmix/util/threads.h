@@ -1,7 +1,7 @@
 #pragma once
 /// @file threads.h
 /// Thread setup shared by every command and by code that trains or evaluates in-process:
-/// the limit on requested thread counts, LibTorch's intra-op pool and OpenBLAS's own pool.
+/// the limit on requested thread counts and LibTorch's intra-op pool (which MKL's GEMMs share).
 ///
 /// A command that will run many tiny parallel regions on more than one thread (token-by-token
 /// generation) should also call reexec_with_passive_omp_wait (util/blas.h, included here)
@@ -20,11 +20,9 @@ int64_t max_threads();
 /// @throws std::invalid_argument naming `what` (a flag or key) and the machine's count.
 void check_threads(int64_t threads, const std::string& what);
 
-/// Sets LibTorch's intra-op threads: `threads` if > 0, else the hardware's thread count, and
-/// puts OpenBLAS (if it is the BLAS in use) on `blas_threads` threads (default one, so the
-/// two pools do not oversubscribe the cores; 0 = as many as LibTorch). Returns the LibTorch
-/// thread count in effect.
+/// Sets LibTorch's intra-op threads (and with them MKL's): `threads` if > 0, else the
+/// hardware's thread count. Returns the thread count in effect.
 /// @throws std::invalid_argument as check_threads(threads, "train.threads").
-int64_t configure_threads(int64_t threads, int64_t blas_threads = 1);
+int64_t configure_threads(int64_t threads);
 
 }  // namespace seqmix::util
