@@ -114,7 +114,8 @@ string(APPEND _seqmix_pc_cflags " -fopenmp")
 # The wheel's libraries (and its libgomp.so.1, the OpenMP runtime LibTorch uses) are not in
 # the loader's default path: the program gets an RPATH to them.
 set(_seqmix_pc_libs "-L${SEQMIX_TORCH_LIB_DIR} -Wl,-rpath,${SEQMIX_TORCH_LIB_DIR}")
-string(APPEND _seqmix_pc_libs " -Wl,--no-as-needed -ltorch -ltorch_cpu")
+# libstdc++ ahead of LibTorch: SeqmixTorch.cmake says why.
+string(APPEND _seqmix_pc_libs " -Wl,--no-as-needed -lstdc++ -ltorch -ltorch_cpu")
 string(APPEND _seqmix_pc_libs " -Wl,--as-needed -lc10 ${SEQMIX_TORCH_GOMP}")
 foreach(lib IN LISTS CMAKE_DL_LIBS)
   string(APPEND _seqmix_pc_libs " -l${lib}")

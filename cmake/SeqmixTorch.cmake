@@ -60,6 +60,18 @@ endif()
 find_package(Torch ${SEQMIX_TORCH_MIN_VERSION} REQUIRED)
 get_filename_component(SEQMIX_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 
+# The wheel's libraries are built with a newer GCC against an older libstdc++ and carry the
+# parts of the C++ library that the old one lacks (std::filesystem among them), exported.
+# A program resolves such a symbol to the first library in its load order that defines it:
+# with libtorch.so ahead of libstdc++.so, seqmix's std::filesystem::remove_all ran the
+# wheel's copy and crashed. So libstdc++ is linked first, ahead of LibTorch (seqmix::torch
+# below puts it there; the order of a program's DT_NEEDED entries is its load order).
+if(NOT TARGET seqmix::torch_libraries)
+  add_library(seqmix::torch_libraries INTERFACE IMPORTED)
+  set_target_properties(seqmix::torch_libraries PROPERTIES
+    INTERFACE_LINK_LIBRARIES "-Wl,--push-state,--no-as-needed;stdc++;-Wl,--pop-state;${TORCH_LIBRARIES}")
+endif()
+
 # OpenMP: ATen's at::parallel_for is an inline `#pragma omp parallel` in its headers (the
 # wheel uses the OpenMP backend), so code that includes them is compiled with -fopenmp, or
 # every parallel_for it calls runs on one thread. It links the wheel's own libgomp.so.1, the

@@ -89,11 +89,13 @@ case "$loaded" in
      exit 1 ;;
 esac
 
-# The Python package as installed (examples/python/), with Debian's interpreter: it has
-# python3-torch, which the python3 first on PATH may not.
-pydir=$prefix/lib/python3/dist-packages
-if [ -d "$pydir/seqmix" ]; then
-  py() { PYTHONPATH=$pydir PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 "$@"; }
+# The Python package as installed (examples/python/), with the interpreter it was built for
+# (the project environment's: its torch is the LibTorch seqmix links).
+python=$(sed -n 's/^SEQMIX_PYTHON:FILEPATH=//p' "$build/CMakeCache.txt")
+pydir=$(sed -n 's/^SEQMIX_INSTALL_PYTHONDIR:STRING=//p' "$build/CMakeCache.txt")
+pydir=$prefix/${pydir%/seqmix}
+if [ -n "$python" ] && [ -d "$pydir/seqmix" ]; then
+  py() { PYTHONPATH=$pydir PYTHONDONTWRITEBYTECODE=1 "$python" "$@"; }
   found=$(cd "$work" && py -c 'import seqmix, os; print(os.path.dirname(seqmix.__file__))')
   [ "$found" = "$pydir/seqmix" ] \
     || { echo "examples.sh: Python imported seqmix from '$found', not the installation" >&2; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds seqmix and its unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
-# (GCC; our own code is instrumented, LibTorch and the other Debian libraries are not) in
+# (GCC; our own code is instrumented, LibTorch and the other libraries are not) in
 # build-asan/ and runs the tests there. Any report aborts the test that triggered it.
 # -O1 keeps the tests fast enough; assertions stay on (no NDEBUG).
 # Not run here: Dist.UnderTorchrunsAgentStore..., whose test process serves a c10d TCPStore
@@ -19,8 +19,8 @@ if [ ! -f build-asan/CMakeCache.txt ]; then
   CXX=g++ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=None \
     -DCMAKE_CXX_FLAGS="-O1 -g1" -DSEQMIX_SANITIZE=address,undefined -DSEQMIX_BUILD_BENCH=OFF
 fi
-# The Python extension is not built here: an instrumented module cannot load into
-# /usr/bin/python3, whose runtime is not AddressSanitizer's.
+# The Python extension is not built here: an instrumented module cannot load into an
+# interpreter whose runtime is not AddressSanitizer's.
 cmake -S . -B build-asan -DSEQMIX_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-asan --parallel "$(nproc)"
 cd build-asan

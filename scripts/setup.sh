@@ -22,6 +22,7 @@ apt_pkgs=(
   # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes (the torch wheel has its
   # library inside libtorch_cpu.so, not its headers); namespaces for the DDP benchmark.
   libgloo-dev iproute2
+  python3-sklearn  # non-neural task baselines (scripts/lra-baselines.py, Debian's python3)
 )
 # npm fetches the text corpora; use the machine's node/npm if present (a NodeSource
 # nodejs conflicts with Debian's npm package), Debian's otherwise.

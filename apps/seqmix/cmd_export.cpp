@@ -35,7 +35,7 @@ int run_export(const ExportFlags& f) {
   train::export_run(f.run, f.out, f.overwrite);
   const auto config = train::read_checkpoint_config(train::find_checkpoint(f.run));
   fmt::print("seqmix export: wrote '{}' ({} parameters, {}; {} / {}): Python reads it with "
-             "torch.load('{}') (PyTorch 2.6 and later: weights_only=False)\n",
+             "torch.load('{}')\n",
              f.out, config.model.num_parameters(), megabytes(f.out), config.model.preset,
              config.model.size, f.out);
   return 0;

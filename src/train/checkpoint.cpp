@@ -814,19 +814,32 @@ void verify_version(const std::string& path, const ZipEntries& zip,
                              std::to_string(hi));
 }
 
+// The byteorder record PyTorch 2.x writes beside the tensors ("little"; older archives have
+// none, and LibTorch then reads them as little-endian).
+void verify_byteorder(const ZipEntries& zip) {
+  const auto order = zip.texts.find(zip.prefix + "byteorder");
+  if (order != zip.texts.end() && order->second != "little")
+    throw std::runtime_error("its tensors are stored '" + order->second +
+                             "'-endian; seqmix reads little-endian ones");
+}
+
 // Everything LibTorch will read from the archive, checked before it reads it (see above).
+// PyTorch 2.x adds `byteorder` and `.data/serialization_id` (a random id of the save) to what
+// 1.13 wrote; archives without them (tests/data/legacy/) are read as well.
 void verify_contents(const std::string& path, const ZipEntries& zip) {
   const std::string& p = zip.prefix;
   try {
     for (const auto& [name, size] : zip.sizes) {
       const std::string rel = name.compare(0, p.size(), p) == 0 ? name.substr(p.size()) : "";
       const bool known = rel == "version" || rel == ".data/version" || rel == "data.pkl" ||
-                         rel == "constants.pkl" ||
+                         rel == "constants.pkl" || rel == "byteorder" ||
+                         rel == ".data/serialization_id" ||
                          (rel.compare(0, 5, "data/") == 0 && is_decimal(rel.substr(5))) ||
                          (rel.compare(0, 5, "code/") == 0 &&
                           (ends_with(rel, ".py") || ends_with(rel, ".py.debug_pkl")));
       if (!known) throw std::runtime_error("entry '" + name + "' is not part of a checkpoint");
     }
+    verify_byteorder(zip);
     for (const char* required : {"data.pkl", "constants.pkl"})
       if (!zip.texts.count(p + required))
         throw std::runtime_error("entry '" + p + required + "' is missing");
@@ -866,10 +879,7 @@ void verify_plain_contents(const std::string& path, const ZipEntries& zip,
       if (!known)
         throw std::runtime_error("entry '" + name + "' is not part of a torch.save file");
     }
-    const auto order = zip.texts.find(p + "byteorder");
-    if (order != zip.texts.end() && order->second != "little")
-      throw std::runtime_error("its tensors are stored '" + order->second +
-                               "'-endian; seqmix reads little-endian ones");
+    verify_byteorder(zip);
     const auto data = zip.texts.find(p + "data.pkl");
     if (data == zip.texts.end())
       throw std::runtime_error("entry '" + p + "data.pkl' is missing");

@@ -1,6 +1,8 @@
 #include "seqmix/train/export.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <toml++/toml.h>
 
@@ -177,6 +179,45 @@ void check_out_file(const std::string& out_file, bool overwrite, const std::stri
 
 }  // namespace
 
+// `value` as a torch.save file that torch.load(FILE) opens under its default
+// weights_only=True: torch::pickle_save tags every dict and list with
+// torch.jit._pickle.restore_type_tag, a global the restricted unpickler refuses, so the
+// pickle is written here without those tags (dicts, lists of Any, strings, numbers and
+// tensors only: what torch.load's allowlist takes). Tensors are stored as torch.save stores
+// them: one record data/<key> per storage, in the archive PyTorch's own writer makes.
+namespace {
+std::vector<char> pickle_for_torch_load(const c10::IValue& value) {
+  std::vector<char> pickled;
+  std::vector<at::Tensor> storages;  // one tensor per storage, in the order of their keys
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t n) { pickled.insert(pickled.end(), data, data + n); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/
+      [&](const at::Tensor& t) {
+        storages.push_back(t);
+        return std::to_string(storages.size() - 1);
+      },
+      /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> file;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    const char* bytes = static_cast<const char*>(data);
+    file.insert(file.end(), bytes, bytes + n);
+    return n;
+  });
+  writer.writeRecord("data.pkl", pickled.data(), pickled.size());
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const c10::Storage& st = storages[i].storage();
+    TORCH_CHECK(st.device().is_cpu(), "export: tensor storage ", i, " is not on the CPU");
+    writer.writeRecord("data/" + std::to_string(i), st.data(), st.nbytes());
+  }
+  writer.writeEndOfFile();
+  return file;
+}
+}  // namespace
+
 void export_run(const std::string& run_or_checkpoint, const std::string& out_file,
                 bool overwrite) {
   const std::string source = find_checkpoint(run_or_checkpoint);
@@ -202,7 +243,7 @@ void export_run(const std::string& run_or_checkpoint, const std::string& out_fil
   d.insert("seqmix_version", std::string(SEQMIX_VERSION));
   std::vector<char> bytes;
   try {
-    bytes = torch::pickle_save(c10::IValue(d));
+    bytes = pickle_for_torch_load(c10::IValue(d));
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     throw std::runtime_error("export: cannot serialize '" + out_file +

@@ -3,10 +3,10 @@
 /// Moving models between seqmix and plain PyTorch, and writing a run folder from a model held
 /// in memory (one trained from Python, or read from an export).
 ///
-/// **Export file** (export_run): a file that Python's `torch.load(FILE)` opens without seqmix
-/// (PyTorch >= 2.6 needs weights_only=False: torch::pickle_save tags typed dicts with
-/// torch.jit._pickle.restore_type_tag, which the restricted unpickler refuses),
-/// written with torch::pickle_save: one dict
+/// **Export file** (export_run): a file that Python's `torch.load(FILE)` opens without seqmix,
+/// under its default weights_only=True (the pickle holds only dicts, lists, strings, numbers
+/// and tensors, without the type tags torch::pickle_save adds, which that unpickler refuses),
+/// in torch.save's archive layout: one dict
 ///
 ///     {"format": "seqmix.export",       # str
 ///      "version": 1,                    # int: this layout
