@@ -1,6 +1,6 @@
 """seqmix's AIB attention dropped into an existing PyTorch model.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/aib_in_pytorch.py [--steps 300]
+    PYTHONPATH=build/python .venv/bin/python examples/python/aib_in_pytorch.py [--steps 300]
 
 A small sequence tagger -- nn.Embedding, a mixing layer, nn.Linear -- learns to output, at
 every position, the token that came `lag` positions earlier (a task a position-wise model

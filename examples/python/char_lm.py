@@ -1,6 +1,6 @@
 """A character-level language model trained with a plain PyTorch loop on a seqmix model.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/char_lm.py TEXT_FILE RUN_DIR \
+    PYTHONPATH=build/python .venv/bin/python examples/python/char_lm.py TEXT_FILE RUN_DIR \
         [--model weird-net] [--size tiny] [--steps 200]
 
 The model is seqmix's (built by seqmix.build from a preset), the loop is yours: batches of

@@ -1,7 +1,7 @@
 """Load a run the seqmix command line trained, score it, and generate from it.
 
     ./build/seqmix train --model weird-net --size mini --data sotu --max-steps 600 --out runs/wn
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/load_and_generate.py runs/wn \
+    PYTHONPATH=build/python .venv/bin/python examples/python/load_and_generate.py runs/wn \
         --prompt "My fellow Americans, " --max-new-tokens 200
 
 seqmix.load reads a run folder, a checkpoint, a `seqmix export` file or a state dict, and

@@ -10,9 +10,10 @@ Three entry points::
 A model is a torch.nn.Module (``Model``) whose parameters are the C++ model's tensors: train
 it with any torch.optim optimiser, save it as a run folder that the ``seqmix`` command line
 evaluates, generates from and trains further (``Model.save``), or load a run the command line
-trained (``seqmix.load``). Use Debian's /usr/bin/python3 (python3-torch 1.13, the LibTorch
-seqmix is built against) with ``PYTHONPATH=<build>/python``, or install the package with
-``cmake --install``.
+trained (``seqmix.load``). Use the interpreter it was built for (the project environment's
+``.venv/bin/python``: its torch, 2.11.0, is the LibTorch seqmix links) with
+``PYTHONPATH=<build>/python``, or install the package into that environment with
+``cmake --install build --prefix .venv``.
 """
 import collections.abc
 import json

@@ -214,7 +214,7 @@ def peak_tensor_bytes(run: Callable[[], None]) -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_us())  # stable: equal stamps keep their order
+    events.sort(key=lambda e: e.start_ns())  # stable: equal stamps keep their order
     live = peak = 0
     for e in events:
         live += e.nbytes()

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <c10/util/Logging.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -152,6 +153,47 @@ ProcessGroup::ProcessGroup(LaunchEnv env, std::chrono::milliseconds timeout)
 
 std::string ProcessGroup::key(const std::string& name) const { return prefix_ + name; }
 
+namespace {
+
+// c10d reports a failed connection attempt itself, as a log line with a C++ backtrace, before
+// it throws the error seqmix turns into one line. Its logging is turned down to fatal errors
+// for the process, unless the user asked for a level with TORCH_CPP_LOG_LEVEL (c10's own
+// variable, read when LibTorch loads).
+void quiet_c10d_logging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+  });
+}
+
+// A TCPStore client (or server) made under a deadline. LibTorch 2.x's constructor checks the
+// connection with a ping whose reply it waits for without a timeout, so a server that accepts
+// the connection and never answers (another service on MASTER_PORT, a proxy) would block it
+// for ever. It runs in a thread of its own; past twice `timeout` this throws, and the
+// blocked thread is left behind (the process is about to stop with that error).
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& addr,
+                                                 const c10d::TCPStoreOptions& o,
+                                                 std::chrono::milliseconds timeout) {
+  quiet_c10d_logging();
+  auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::TCPStore>>>();
+  auto result = made->get_future();
+  std::thread([made, addr, o] {
+    try {
+      made->set_value(c10::make_intrusive<c10d::TCPStore>(addr, o));
+    } catch (...) {
+      made->set_exception(std::current_exception());
+    }
+  }).detach();
+  // c10d itself gives up on an address where nothing listens after `timeout` plus one retry
+  // delay (measured: 4.3-5.3 s for 3 s); the margin leaves it that.
+  if (result.wait_for(2 * timeout + std::chrono::seconds(1)) != std::future_status::ready)
+    throw std::runtime_error(
+        "the server there accepted the connection but did not answer as a c10d store");
+  return result.get();
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
                                                    std::chrono::milliseconds timeout) {
   if (timeout < std::chrono::seconds(1))
@@ -166,7 +208,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
   o.waitWorkers = false;
   o.timeout = timeout;
   try {
-    g->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    g->impl_->store = connect_store(env.master_addr, o, timeout);
   } catch (const std::exception& e) {
     if (o.isServer)
       throw std::runtime_error(fmt::format(
@@ -283,7 +325,7 @@ void ProcessGroup::start_heartbeat() {
   o.isServer = false;
   o.waitWorkers = false;
   o.timeout = timeout_;
-  impl_->beat_store = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
+  impl_->beat_store = connect_store(env_.master_addr, o, timeout_);
   const std::string k = key("alive/" + std::to_string(env_.rank));
   heartbeat_ = std::thread([this, k] {
     const auto every = heartbeat_interval(timeout_);

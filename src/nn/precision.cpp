@@ -19,10 +19,10 @@ std::string to_string(Precision precision) {
 AutocastGuard::AutocastGuard(Precision precision) {
   if (precision != Precision::bf16) return;
   active_ = true;
-  prev_enabled_ = at::autocast::is_cpu_enabled();
-  prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  prev_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
+  prev_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   // torch.autocast's __enter__ does the same: the nesting count tells the outermost exit
   // when to drop the cache of weights cast to bfloat16.
   at::autocast::increment_nesting();
@@ -33,8 +33,8 @@ AutocastGuard::~AutocastGuard() {
   // The cache holds bfloat16 copies of the weights for this forward pass; after an optimizer
   // step they would be stale.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(prev_enabled_);
-  at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+  at::autocast::set_autocast_enabled(at::kCPU, prev_enabled_);
+  at::autocast::set_autocast_dtype(at::kCPU, prev_dtype_);
 }
 
 }  // namespace seqmix::nn

@@ -123,7 +123,7 @@ ZipEntries verify_archive(const std::string& path, const std::string& noun = "ch
 // ---------------------------------------------------------------------------------------
 // Contents checks, before LibTorch reads the archive.
 //
-// LibTorch 1.13 (torch::jit::load, behind InputArchive::load_from) trusts what the archive's
+// LibTorch (torch::jit::load, behind InputArchive::load_from) trusts what the archive's
 // pickles say and checks none of it against the records:
 //  - a storage is made from its `data/<key>` record with the byte size the *pickle* states
 //    (numel * itemsize), whatever the record's real size; a shortened or emptied record
@@ -313,8 +313,8 @@ class PickleChecker {
           stack_.resize(start);
           break;
         }
-        // SETITEM ('s', Python's pickler for a dict of one item) is refused: LibTorch 1.13's
-        // unpickler does not read it.
+        // SETITEM ('s', Python's pickler for a dict of one item) is refused: LibTorch's
+        // unpickler does not read it (torch::pickle_load of such a file fails).
         case 'q': memo_put(u8()); break;   // BINPUT
         case 'r': memo_put(u32()); break;  // LONG_BINPUT
         case 'h': memo_get(u8()); break;   // BINGET
@@ -783,7 +783,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 // The archive format version, as LibTorch's reader takes it (PyTorchStreamReader::init): the
-// decimal number in `.data/version` if the archive has one, else in `version`. LibTorch 1.13
+// decimal number in `.data/version` if the archive has one, else in `version`. LibTorch
 // writes kMinProducedFileFormatVersion (3) for an archive of tensors and reads
 // kMinSupportedFileFormatVersion..kMaxSupportedFileFormatVersion (1..10); outside that range it
 // throws its own "please upgrade PyTorch" error, and it parses the record with std::stoull,
@@ -825,7 +825,7 @@ void verify_byteorder(const ZipEntries& zip) {
 
 // Everything LibTorch will read from the archive, checked before it reads it (see above).
 // PyTorch 2.x adds `byteorder` and `.data/serialization_id` (a random id of the save) to what
-// 1.13 wrote; archives without them (tests/data/legacy/) are read as well.
+// earlier releases wrote; archives without them (tests/data/legacy/) are read as well.
 void verify_contents(const std::string& path, const ZipEntries& zip) {
   const std::string& p = zip.prefix;
   try {

@@ -392,10 +392,30 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
     expect_error(base + dir + "/a",
                  "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
                  "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
-                 "is not this job's rendezvous store");
+                 // LibTorch's client reads the reply as a c10d one ("is not this job's
+                 // rendezvous store") or, once the server stops accepting, waits for one
+                 // ("cannot reach the rendezvous store ... did not answer").
+                 "rendezvous store");
     shutdown(fd, SHUT_RDWR);
     close(fd);
     server.join();
+  }
+  // Something accepts connections there and never answers (LibTorch's TCPStore would wait for
+  // its ping's reply for ever): an error within about twice the timeout, not a hang.
+  {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(listen(fd, 4), 0);  // the kernel completes the handshake; nobody reads
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    expect_error(base + dir + "/a",
+                 "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
+                 "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
+                 "did not answer as a c10d store");
+    close(fd);
   }
   // The port is taken.
   {
@@ -429,8 +449,7 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
 
 TEST_F(Dist, UnderTorchrunsAgentStoreEveryRankIsAClient) {
   // torchrun's agent serves the store on MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE:
-  // here the test process plays the agent. (Debian 12's torchrun itself fails on Python 3.11
-  // before it starts a worker: "'NoneType' object has no attribute 'get'" in to_map.)
+  // here the test process plays the agent (the next test runs torchrun itself).
   const int port = seqmix::dist::free_port();
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(port);
@@ -452,6 +471,22 @@ TEST_F(Dist, UnderTorchrunsAgentStoreEveryRankIsAClient) {
         << read_text(dir + "/log" + std::to_string(rank));
   expect_same_losses(curve_of(dir + "/one"), curve_of(dir + "/agent"), 1, 12, 1e-5,
                      "2 workers on an agent's store vs 1 worker");
+}
+
+TEST_F(Dist, TorchrunFromTheEnvironmentRunsTwoWorkersAsOne) {
+  // The torchrun of the PyTorch seqmix is built against (the project environment's), with
+  // its own rendezvous (--standalone: a c10d store served by the agent) and --no-python.
+  const std::string torchrun =
+      (fs::path(SEQMIX_PYTHON).parent_path() / "torchrun").string();
+  ASSERT_TRUE(fs::exists(torchrun)) << torchrun;
+  ASSERT_EQ(run_cli("train " + lm_flags(corpus) + " --max-steps 12 --out " + dir + "/one").code, 0);
+  Background launcher(torchrun + " --standalone --nproc-per-node 2 --no-python " + seqmix_bin() +
+                          " train " + lm_flags(corpus) + " --max-steps 12 --out " + dir +
+                          "/torchrun",
+                      dir + "/torchrun.log");
+  ASSERT_EQ(launcher.wait_for(std::chrono::seconds(180)), 0) << read_text(dir + "/torchrun.log");
+  expect_same_losses(curve_of(dir + "/one"), curve_of(dir + "/torchrun"), 1, 12, 1e-5,
+                     "2 workers under torchrun vs 1 worker");
 }
 
 TEST_F(Dist, RanksMustAgreeOnWorldSizeAndConfiguration) {

@@ -60,6 +60,6 @@ def cli_run(tmp_path_factory, corpus):
 
 
 def run_python(code):
-    """Runs `code` in a fresh /usr/bin/python3 (the same interpreter as this one)."""
+    """Runs `code` in a fresh interpreter (the same one as this, the environment's)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ))

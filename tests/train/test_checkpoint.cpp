@@ -334,7 +334,7 @@ TEST_F(CorruptCheckpoint, CodeThatIsNotADeclaration) {
 }
 
 TEST_F(CorruptCheckpoint, ArchiveFormatVersion) {
-  // LibTorch 1.13 writes version 3 and reads 1..10; outside that it throws an "[enforce fail at
+  // LibTorch writes version 3 and reads 1..10; outside that it throws an "[enforce fail at
   // inline_container.cc:165] ... please upgrade PyTorch" that is not shown.
   auto entries = read_zip(good_);
   ASSERT_EQ(entry(entries, "archive/version").bytes, "3\n");

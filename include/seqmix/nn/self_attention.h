@@ -27,9 +27,9 @@ struct SelfAttentionOptions {
   TORCH_ARG(bool, bias) = true;
   /// Number of stacked layers N, for the output-projection init (as W_O of AIB attention).
   TORCH_ARG(int64_t, n_layers) = 1;
-  /// Compute softmax(QK^T)V with at::_scaled_dot_product_attention instead of matmul +
-  /// softmax (same math; LibTorch 1.13 decomposes it on CPU). Used when no key-padding
-  /// mask is given; with a mask the matmul path runs.
+  /// Compute softmax(QK^T)V with at::scaled_dot_product_attention (PyTorch's SDPA, whose
+  /// CPU backend is a flash-attention kernel) instead of seqmix's kernel. Used when no
+  /// key-padding mask is given; with a mask the seqmix kernel runs.
   TORCH_ARG(bool, use_sdpa) = false;
   /// softmax(QK^T)V by the fused kernel (ops/attention.h; O(L) memory) or the literal ATen
   /// reference ([B, H, L, L] scores). Dropout > 0 in training always runs the reference.

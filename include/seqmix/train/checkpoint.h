@@ -62,7 +62,7 @@ int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
 class CheckpointFile {
  public:
   /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint,
-  ///         of an archive format version LibTorch 1.13 cannot read ("checkpoint 'X' has
+  ///         of an archive format version LibTorch cannot read ("checkpoint 'X' has
   ///         archive format version 99; this seqmix reads versions 1..10"), corrupt
   ///         ("checkpoint 'X' is corrupt: tensor 'model/pos_emb' needs 8192 bytes but its
   ///         storage 'archive/data/0' holds 100"), or holds an invalid configuration.
