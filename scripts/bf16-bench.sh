@@ -8,8 +8,7 @@
 #   3. the kernels and layers, forward + backward: `seqmix bench ops --precision fp32|bf16`
 #      at B=4, D=512, L=4096.
 # Parts: PARTS="throughput bpc kernels" (default all). Runs go to OUT (runs/bf16-bench).
-# OPENBLAS_CORETYPE is left as the machine sets it (fp32 products run on OpenBLAS, bf16 ones
-# on oneDNN: `seqmix info` names both).
+# fp32 products run on MKL, bf16 ones on oneDNN (`seqmix info` names both).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"

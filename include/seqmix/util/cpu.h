@@ -1,9 +1,9 @@
 #pragma once
 /// @file cpu.h
 /// What this CPU can run, asked once per process: the instruction sets that choose between
-/// the AVX-512 and the baseline builds of the kernels in src/ops/cpu/, and the OpenBLAS
-/// kernel family (util/blas.h). Plain C++ without LibTorch, since the kernel sources that
-/// include it are built without the precompiled LibTorch header.
+/// the AVX-512 and the baseline builds of the kernels in src/ops/cpu/. Plain C++ without
+/// LibTorch, since the kernel sources that include it are built without the precompiled
+/// LibTorch header.
 ///
 /// Example:
 ///   if (seqmix::util::cpu_runs_avx512_kernels()) {
@@ -16,9 +16,9 @@ namespace seqmix::util {
 
 /// The x86-64 extensions seqmix looks at.
 struct CpuFeatures {
-  bool avx2_fma = false;     ///< AVX2 and FMA3 (OpenBLAS's Haswell kernels)
-  bool avx512 = false;       ///< AVX-512 F, BW, DQ and VL, enabled by the OS (SkylakeX)
-  bool avx512_bf16 = false;  ///< AVX-512 BF16 on top of that (Cooperlake)
+  bool avx2_fma = false;     ///< AVX2 and FMA3
+  bool avx512 = false;       ///< AVX-512 F, BW, DQ and VL, enabled by the OS
+  bool avx512_bf16 = false;  ///< AVX-512 BF16 on top of that
 };
 
 /// This CPU's features (GCC's `__builtin_cpu_supports`, which also checks that the OS saves
