@@ -57,7 +57,10 @@ install(DIRECTORY include/seqmix DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
 if(TARGET seqmix_cli)
   file(RELATIVE_PATH _seqmix_bin_to_plugins "/${CMAKE_INSTALL_BINDIR}"
        "/${SEQMIX_INSTALL_PLUGINDIR}")
-  set_target_properties(seqmix_cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_seqmix_bin_to_plugins}")
+  # ... and LibTorch's folder in the Python environment (the wheel's libraries are not on the
+  # loader's default path).
+  set_target_properties(seqmix_cli PROPERTIES
+    INSTALL_RPATH "$ORIGIN/${_seqmix_bin_to_plugins};${SEQMIX_TORCH_LIB_DIR}")
   install(TARGETS seqmix_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
@@ -66,7 +69,8 @@ endif()
 if(TARGET seqmix_python)
   file(RELATIVE_PATH _seqmix_py_to_plugins "/${SEQMIX_INSTALL_PYTHONDIR}"
        "/${SEQMIX_INSTALL_PLUGINDIR}")
-  set_target_properties(seqmix_python PROPERTIES INSTALL_RPATH "$ORIGIN/${_seqmix_py_to_plugins}")
+  set_target_properties(seqmix_python PROPERTIES
+    INSTALL_RPATH "$ORIGIN/${_seqmix_py_to_plugins};${SEQMIX_TORCH_LIB_DIR}")
 endif()
 
 # --- the CMake package -------------------------------------------------------------------
