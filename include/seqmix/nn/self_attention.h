@@ -28,11 +28,14 @@ struct SelfAttentionOptions {
   /// Number of stacked layers N, for the output-projection init (as W_O of AIB attention).
   TORCH_ARG(int64_t, n_layers) = 1;
   /// Compute softmax(QK^T)V with at::scaled_dot_product_attention (PyTorch's SDPA, whose
-  /// CPU backend is a flash-attention kernel) instead of seqmix's kernel. Used when no
-  /// key-padding mask is given; with a mask the seqmix kernel runs.
+  /// CPU backend is a flash-attention kernel) whenever no key-padding mask is given, also
+  /// with dropout in training (SDPA's own dropout) and with the reference backend.
   TORCH_ARG(bool, use_sdpa) = false;
-  /// softmax(QK^T)V by the fused kernel (ops/attention.h; O(L) memory) or the literal ATen
-  /// reference ([B, H, L, L] scores). Dropout > 0 in training always runs the reference.
+  /// softmax(QK^T)V by the fast path or the literal ATen reference ([B, H, L, L] scores).
+  /// The fast path (kernel) is PyTorch's SDPA when no mask is given (faster than seqmix's
+  /// own kernel on the CPU, docs/RESULTS.md) and seqmix's fused kernel (ops/attention.h;
+  /// O(L) memory, padded rows 0) with a mask. Dropout > 0 in training always runs the
+  /// reference (unless use_sdpa).
   TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;
 };
 
