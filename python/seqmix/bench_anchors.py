@@ -98,7 +98,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .bench import (MAX_LAMBDA, AIBAttentionTorch, aib_num_levels, aib_scan_torch,
-                    ces_parameters, ces_scan_torch, cpu_model, randn)
+                    ces_parameters, ces_scan_torch, cpu_model, positive_int, randn)
 
 SIDES = ("eager", "compiled", "seqmix")
 CASES = ("ops", "models")
@@ -669,16 +669,6 @@ def report_targets(cells: List[Dict], out: Output) -> None:
 
 # --------------------------------------------------------------------------------------
 # Command line.
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive integer, got '{}'".format(text))
-    if value < 1:
-        raise argparse.ArgumentTypeError("expected a positive integer, got {}".format(value))
-    return value
 
 
 def nonnegative_int(text: str) -> int:
