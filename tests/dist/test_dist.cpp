@@ -112,6 +112,23 @@ struct Background {
   }
 };
 
+// A TCP socket listening on an ephemeral port of `addr` (INADDR_LOOPBACK, INADDR_ANY) with
+// `backlog`; its port in *port. -1 if the socket cannot be made.
+int listening_socket(uint32_t addr, int backlog, int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(addr);
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      listen(fd, backlog) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 // The worker of `launcher` whose environment has RANK=`rank`.
 pid_t worker_pid(pid_t launcher, int rank) {
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -370,14 +387,9 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
   // Something else answers at MASTER_ADDR:MASTER_PORT (here an HTTP-like server that
   // replies with text to anything).
   {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(listen(fd, 4), 0);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    int port = 0;
+    const int fd = listening_socket(INADDR_LOOPBACK, 4, &port);
+    ASSERT_GE(fd, 0);
     std::thread server([fd] {
       for (int i = 0; i < 4; ++i) {
         const int c = accept(fd, nullptr, nullptr);
@@ -391,7 +403,7 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
     });
     expect_error(base + dir + "/a",
                  "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
-                 "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
+                 "MASTER_PORT=" + std::to_string(port),
                  // LibTorch's client reads the reply as a c10d one ("is not this job's
                  // rendezvous store") or, once the server stops accepting, waits for one
                  // ("cannot reach the rendezvous store ... did not answer").
@@ -403,33 +415,23 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
   // Something accepts connections there and never answers (LibTorch's TCPStore would wait for
   // its ping's reply for ever): an error within about twice the timeout, not a hang.
   {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(listen(fd, 4), 0);  // the kernel completes the handshake; nobody reads
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    int port = 0;
+    const int fd = listening_socket(INADDR_LOOPBACK, 4, &port);  // nobody ever reads
+    ASSERT_GE(fd, 0);
     expect_error(base + dir + "/a",
                  "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
-                 "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
+                 "MASTER_PORT=" + std::to_string(port),
                  "did not answer as a c10d store");
     close(fd);
   }
   // The port is taken.
   {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(listen(fd, 1), 0);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    int port = 0;
+    const int fd = listening_socket(INADDR_ANY, 1, &port);
+    ASSERT_GE(fd, 0);
     expect_error(base + dir + "/a",
                  "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
-                 "MASTER_PORT=" + std::to_string(ntohs(a.sin_port)),
+                 "MASTER_PORT=" + std::to_string(port),
                  "port");
     close(fd);
   }
