@@ -30,7 +30,7 @@ int run_generate(const GenerateFlags& f, char** argv) {
   o.top_p = f.top_p;
   generate::validate(o);
   if (f.seed < 0) throw std::invalid_argument("--seed must be >= 0, got " + std::to_string(f.seed));
-  if (f.max_new < 0 || f.max_new > 1000000000)
+  if (f.max_new < 0 || f.max_new > generate::kMaxNewTokens)
     throw std::invalid_argument("--max-new-tokens must be in [0, 1e9], got " +
                                 std::to_string(f.max_new));
   util::check_threads(f.threads, "--threads");
@@ -46,23 +46,24 @@ int run_generate(const GenerateFlags& f, char** argv) {
   // The prompt goes out with the first new text, so that a model that cannot generate
   // (non-finite outputs) prints nothing on stdout before its error.
   bool started = false;
+  // Bytes, not C strings: a byte-level model may generate NUL.
   auto emit = [&](const std::string& t) {
-    if (!started) std::fputs(f.prompt.c_str(), stdout);
+    if (!started) write_stdout(f.prompt);
     started = true;
-    std::fputs(t.c_str(), stdout);
-    std::fflush(stdout);
+    write_stdout(t);
   };
   generate::GenerationStats stats;
   try {
     generate::generate_text(run.model, run.tokenizer, f.prompt, f.max_new, o,
                             static_cast<uint64_t>(f.seed), emit, &stats);
+  } catch (const OutputError&) {
+    throw;
   } catch (const std::exception& e) {
     if (started) std::fputc('\n', stdout);
     throw std::runtime_error("generate: '" + f.run + "': " + e.what());
   }
   if (!started) emit("");
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  write_stdout("\n");
   fmt::print(stderr, "seqmix generate: {}\n", generate::describe(stats));
   return 0;
 }

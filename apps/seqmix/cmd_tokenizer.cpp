@@ -8,6 +8,7 @@
 #include "common.h"
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tokenizer.h"
+#include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::cli {
@@ -28,7 +29,16 @@ void check_out(const TokenizerFlags& f) {
   if (fs::is_directory(f.out, ec))
     throw std::runtime_error("tokenizer train: --out '" + f.out +
                              "' is a folder; give the model file's path");
-  if (fs::exists(f.out, ec) && !f.overwrite)
+  util::check_replaceable(f.out);
+  // A run's tokenizer.model is what its checkpoint was trained with: replacing it would make
+  // the run decode with another vocabulary.
+  const std::string parent = fs::path(f.out).has_parent_path()
+                                 ? fs::path(f.out).parent_path().string()
+                                 : std::string(".");
+  if (!util::run_files_in(parent).empty())
+    throw std::runtime_error("tokenizer train: --out '" + f.out +
+                             "' is in a training run's folder; give a path outside it");
+  if (fs::exists(fs::symlink_status(f.out, ec)) && !f.overwrite)
     throw std::runtime_error("tokenizer train: --out '" + f.out +
                              "' exists; give --overwrite to replace it, or another path");
   for (fs::path up = fs::path(f.out).parent_path(); !up.empty(); up = up.parent_path()) {

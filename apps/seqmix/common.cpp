@@ -6,7 +6,9 @@
 #include <csignal>
 
 #include <chrono>
+#include <cerrno>
 #include <cstring>
+#include <iostream>
 
 #include <fmt/format.h>
 
@@ -23,6 +25,7 @@
 #include "seqmix/models/presets.h"
 #include "seqmix/train/resolve.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::cli {
@@ -171,15 +174,60 @@ void check_outputs(const std::string& dir, const std::vector<std::string>& names
     throw std::runtime_error("--out: '" + dir + "' exists and is not a folder");
   if (!util::run_files_in(dir).empty())
     throw std::runtime_error("--out: '" + dir + "' is a training run's folder; choose another");
-  for (const auto& n : names)
-    if (!overwrite && fs::exists(fs::path(dir) / n, ec))
+  for (const auto& n : names) {
+    util::check_replaceable((fs::path(dir) / n).string());
+    if (!overwrite && fs::exists(fs::symlink_status(fs::path(dir) / n, ec)))
       throw std::runtime_error("--out: '" + (fs::path(dir) / n).string() +
                                "' exists; give --overwrite to replace it, or another folder");
+  }
+}
+
+OutputError::OutputError(int e)
+    : std::runtime_error(std::string("could not write standard output: ") + std::strerror(e)),
+      error(e) {}
+
+void write_stdout(std::string_view bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() ||
+      std::fflush(stdout) != 0) {
+    const int e = errno ? errno : EIO;
+    std::clearerr(stdout);
+    throw OutputError(e);
+  }
+}
+
+namespace {
+
+// 128 + SIGPIPE: the status a shell shows for a writer whose reader went away.
+constexpr int kBrokenPipeStatus = 128 + SIGPIPE;
+
+int report_output_error(int error) {
+  if (error == EPIPE) return kBrokenPipeStatus;
+  std::fprintf(stderr, "seqmix: error: could not write standard output: %s\n",
+               std::strerror(error));
+  return 1;
+}
+
+}  // namespace
+
+int finish_stdout(int code) {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout);
+  int error = errno;
+  // close() is where some file systems (NFS, a full quota) report a write that failed.
+  const bool closed = std::fclose(stdout) == 0;
+  if (!closed && !error) error = errno;
+  // A descriptor that was closed before the program started (>&-) is no error by itself:
+  // only output that was written and lost is.
+  if (!failed && (closed || error == EBADF)) return code;
+  return code == 0 ? report_output_error(error ? error : EIO) : code;
 }
 
 int run_reporting_errors(const std::function<int()>& body) {
   try {
     return body();
+  } catch (const OutputError& e) {
+    return report_output_error(e.error);
   } catch (const train::Interrupted& e) {
     std::fprintf(stderr, "seqmix: %s\n", e.what());
     return 128 + e.signal;  // the shell's convention for "ended by signal N"
@@ -290,8 +338,7 @@ std::shared_ptr<dist::ProcessGroup> DistFlags::join() const {
 
 int DistFlags::run_worker(const std::function<int()>& body) {
   if (!std::getenv("WORLD_SIZE")) return body();
-  const int code = run_reporting_errors(body);
-  std::fflush(stdout);
+  const int code = finish_stdout(run_reporting_errors(body));
   std::fflush(stderr);
   _exit(code);
 }

@@ -8,7 +8,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "seqmix/nn/precision.h"
@@ -96,6 +98,21 @@ void harden(CLI::App* app);
 // --overwrite says to replace them, and never into a training run's folder.
 void check_outputs(const std::string& dir, const std::vector<std::string>& names,
                    bool overwrite);
+
+// Standard output carries results (`seqmix eval run > result.json`), so a write that fails
+// -- a full disk, /dev/full, a closed descriptor, a reader that went away -- fails the command.
+// write_stdout writes `bytes` as they are (NUL bytes included) and flushes them; it throws
+// OutputError when they could not be written.
+struct OutputError : std::runtime_error {
+  explicit OutputError(int error);
+  int error;  // the errno of the failed write
+};
+void write_stdout(std::string_view bytes);
+
+// Flushes and closes stdout before the process exits with `code`: returns `code` when
+// everything written reached it; else reports the failure (quietly for a closed pipe, as
+// `seqmix generate | head` is no error of the user's) and returns a non-zero status.
+int finish_stdout(int code);
 
 // Runs `body`, turning what it throws into one line on stderr and an exit status: a training
 // run stopped by a signal exits with 128 + the signal (the shell's convention), anything else

@@ -41,10 +41,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::finish_stdout(app.exit(e));
   }
   for (const auto& c : commands)
-    if (c.app->parsed()) return cli::run_reporting_errors([&] { return c.run(argv); });
+    if (c.app->parsed())
+      return cli::finish_stdout(cli::run_reporting_errors([&] { return c.run(argv); }));
   std::cout << app.help();  // bare `seqmix`: what it can do
-  return 0;
+  return cli::finish_stdout(0);
 }

@@ -178,7 +178,7 @@ class Model(CppModule):
             str for a text prompt (invalid UTF-8 at a byte-level model's cut is replaced by
             U+FFFD), else the list of new token ids.
         """
-        _int("max_new_tokens", max_new_tokens)
+        _int("max_new_tokens", max_new_tokens, 0, _C.MAX_NEW_TOKENS)
         _int("seed", seed, 0, 2 ** 64 - 1)
         _int("top_k", top_k)
         _float("temperature", temperature, 0.0, float("inf"))
@@ -405,18 +405,16 @@ def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise RuntimeError(f"{path}: expected a state dict (parameter name -> tensor), "
                            f"got {type(state).__name__}")
-    for name, t in state.items():
-        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"{path}: tensor '{name}' holds {t.dtype} values; seqmix reads "
-                             "float32 or float64")
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise ValueError(f"{path}: tensor '{name}' holds non-finite values")
     model = build(preset or "weird-net", size, task=task, config=config, tokenizer=tokenizer,
                   **overrides)
+    # The checks of `seqmix import` (names, shapes, dtypes, finite in the model's dtype).
     try:
-        model.load_state_dict(state)
+        _C.load_state_dict(model._cpp, list(state.items()), f"state dict '{path}'")
     except RuntimeError as e:
-        raise RuntimeError(f"{path}: {e}") from None
+        msg = str(e)
+        if "non-finite" in msg or "beyond the range" in msg or " values; seqmix reads" in msg:
+            raise ValueError(msg) from None
+        raise
     model.eval()
     return model
 

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "seqmix/util/signals.h"
+
 namespace py = pybind11;
 
 namespace seqmix::python {
@@ -25,6 +27,25 @@ std::shared_ptr<T> as(const ModulePtr& module, const char* what) {
   if (!p) throw py::type_error(std::string("expected ") + what + ", got the C++ module '" +
                                (module ? module->name() : std::string("None")) + "'");
   return p;
+}
+
+// Runs `work` (long C++ work: generation, evaluation) with the GIL released, stoppable by
+// Ctrl-C: the library's check_interrupt() points take the GIL and run Python's signal
+// handlers; when one raises (KeyboardInterrupt), the work stops there and the Python
+// exception propagates from the call.
+template <typename F>
+auto interruptible(F&& work) -> decltype(work()) {
+  struct Raised {};  // a Python error is set; no Python object crosses the released region
+  try {
+    util::ScopedInterruptCheck check([] {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw Raised{};
+    });
+    py::gil_scoped_release release;
+    return work();
+  } catch (const Raised&) {
+    throw py::error_already_set();
+  }
 }
 
 void bind_ops(py::module_& m);     // ops.cpp: seqmix.ops

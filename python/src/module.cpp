@@ -2,11 +2,13 @@
 #include <stdexcept>
 
 #include "bindings.h"
+#include "seqmix/generate/sampler.h"
 #include "seqmix/train/trainer.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
   m.attr("__version__") = SEQMIX_VERSION;
+  m.attr("MAX_NEW_TOKENS") = seqmix::generate::kMaxNewTokens;
   // LibTorch's checks (TORCH_CHECK) throw c10::Error, whose what() carries a C++ backtrace:
   // Python users get the message alone, as the exception type Python code expects. Local:
   // it applies to this module's functions only (pybind11's global list is shared with

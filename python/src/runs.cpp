@@ -165,6 +165,15 @@ void bind_runs(py::module_& m) {
       "load_export",
       [](const std::string& file) { return loaded(train::load_export(file, nullptr)); },
       py::arg("file"));
+  // seqmix.load of a bare state dict: the loader (and checks) of `seqmix import`.
+  m.def(
+      "load_state_dict",
+      [](const ModulePtr& module, const std::vector<std::pair<std::string, at::Tensor>>& state,
+         const std::string& what) {
+        models::SequenceModel model = model_of(module);
+        train::load_state_dict(model, state, what);
+      },
+      py::arg("model"), py::arg("state"), py::arg("what"));
   m.def(
       "save_run",
       [](const std::string& out_dir, const ModulePtr& module, const train::RunConfig& config,
@@ -189,8 +198,8 @@ void bind_runs(py::module_& m) {
          double temperature, int64_t top_k, double top_p, uint64_t seed) {
         models::SequenceModel model = model_of(module);
         const generate::SamplingOptions options = sampling(temperature, top_k, top_p);
-        py::gil_scoped_release release;
-        return generate::generate_tokens(model, prompt, max_new_tokens, options, seed);
+        return interruptible(
+            [&] { return generate::generate_tokens(model, prompt, max_new_tokens, options, seed); });
       },
       py::arg("model"), py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
       py::arg("top_k"), py::arg("top_p"), py::arg("seed"));
@@ -201,11 +210,9 @@ void bind_runs(py::module_& m) {
          uint64_t seed) {
         models::SequenceModel model = model_of(module);
         const generate::SamplingOptions options = sampling(temperature, top_k, top_p);
-        std::string text;
-        {
-          py::gil_scoped_release release;
-          text = generate::generate_text(model, tokenizer, prompt, max_new_tokens, options, seed);
-        }
+        const std::string text = interruptible([&] {
+          return generate::generate_text(model, tokenizer, prompt, max_new_tokens, options, seed);
+        });
         // Bytes, not str: a byte-level model may stop inside a UTF-8 sequence.
         return py::bytes(text);
       },
@@ -227,11 +234,8 @@ void bind_runs(py::module_& m) {
         if (set.classification)
           throw py::value_error(
               "evaluate: this model is a classifier; use classify() on its task's examples");
-        train::EvalResult r;
-        {
-          py::gil_scoped_release release;
-          r = train::evaluate(model, set.tokens, tokenizer, batch_size);
-        }
+        const train::EvalResult r =
+            interruptible([&] { return train::evaluate(model, set.tokens, tokenizer, batch_size); });
         py::dict out;
         out["split"] = set.split;
         out["loss"] = r.loss;

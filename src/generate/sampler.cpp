@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "seqmix/util/blas.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::generate {
 
@@ -97,6 +98,9 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
                                GenerationStats* stats) {
   validate(options);
   check_language_model(model);
+  if (max_new_tokens < 0 || max_new_tokens > kMaxNewTokens)
+    throw std::invalid_argument("generate: max_new_tokens must be in [0, 1e9], got " +
+                                std::to_string(max_new_tokens));
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no tokens");
   const int64_t V = model->config().vocab_size;
   for (const int32_t id : prompt)
@@ -123,6 +127,7 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   feed(context.begin(), context.end());
   const auto t_new = Clock::now();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
+    util::check_interrupt();
     if (!all_finite(logits))
       throw std::runtime_error("the model's output (logits) is not finite at new token " +
                                std::to_string(i + 1) +

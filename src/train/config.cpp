@@ -324,7 +324,75 @@ void upgrade_legacy_keys(toml::table& t, const std::string& origin) {
     std::cerr << "seqmix: note: " << origin << ": " << legacy_note(moved, sections) << "\n";
 }
 
+// A configuration is a few KB and nests three tables deep ([model.aib]); these bounds are far
+// above any real one. They exist because toml++ parses, copies and frees nested tables and
+// arrays recursively: a crafted 100 KB header `[a.a.a....]` 50,000 levels deep overflows
+// the stack (a crash, even inside Python). The bounds are checked on the text, before toml++
+// sees it.
+constexpr size_t kMaxTomlBytes = size_t{1} << 20;
+constexpr int kMaxTomlDepth = 32;
+
+// Throws unless `text` is at most kMaxTomlBytes and nests at most kMaxTomlDepth levels.
+// The depth is an upper bound on toml++'s: outside strings and comments, every [ or { opens
+// a level, and every dot of a key (a.b.c = 1, [a.b.c]) adds one to the level it is in.
+// Dots of a float value (x = 1.5) count too, which can only overestimate by one.
+void check_toml_bounds(std::string_view text, const std::string& origin) {
+  if (text.size() > kMaxTomlBytes)
+    throw std::runtime_error(origin + ": " + std::to_string(text.size()) +
+                             " bytes of TOML; a configuration is at most 1 MiB (" +
+                             std::to_string(kMaxTomlBytes) + " bytes)");
+  std::vector<int> levels{0};  // the depth each open [ or { started at
+  int dots = 0;                // key dots since the last = , or line end
+  int64_t line = 1;
+  auto too_deep = [&](int depth) {
+    return std::runtime_error(origin + ": TOML nested " + std::to_string(depth) +
+                              "+ levels deep at line " + std::to_string(line) +
+                              "; a configuration nests at most " +
+                              std::to_string(kMaxTomlDepth) + " (e.g. [model.aib] is 2)");
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      // A string (basic, literal, or either multi-line form): skip to its end. Lines inside
+      // a multi-line string are still counted, for the message.
+      const bool multi = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+      const size_t open = multi ? 3 : 1;
+      size_t j = i + open;
+      for (; j < text.size(); ++j) {
+        if (text[j] == '\n') {
+          ++line;
+          if (!multi) break;  // an unterminated one-line string: toml++ reports it
+        }
+        if (c == '"' && text[j] == '\\') {
+          ++j;
+          if (j < text.size() && text[j] == '\n') ++line;
+          continue;
+        }
+        if (text[j] == c && (!multi || text.substr(j, 3) == text.substr(i, 3))) break;
+      }
+      i = j + (multi ? 2 : 0);
+    } else if (c == '[' || c == '{') {
+      const int depth = levels.back() + dots + 1;
+      if (depth > kMaxTomlDepth) throw too_deep(depth);
+      levels.push_back(depth);
+      dots = 0;
+    } else if (c == ']' || c == '}') {
+      if (levels.size() > 1) levels.pop_back();  // unbalanced: toml++ reports it
+    } else if (c == '.') {
+      if (levels.back() + ++dots + 1 > kMaxTomlDepth) throw too_deep(levels.back() + dots + 1);
+    } else if (c == '=' || c == ',') {
+      dots = 0;
+    }
+  }
+}
+
 toml::table parse_toml(const std::string& text, const std::string& origin) {
+  check_toml_bounds(text, origin);
   try {
     return toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
@@ -876,6 +944,11 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
       throw std::runtime_error(origin + ": expected section.key=value");
     std::string key = o.substr(0, eq);
     const std::string value = o.substr(eq + 1);
+    // "v = " + value is parsed as a TOML document: a line break would start a second line,
+    // which is dropped (a value silently cut short) or read as another key.
+    if (value.find_first_of(std::string("\n\r\0", 3)) != std::string::npos)
+      throw std::runtime_error(origin + ": the value contains a line break or NUL byte; " +
+                               "give one value per override (--set section.key=value)");
     if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
       throw std::runtime_error(origin + ": expected section.key=value");
     // The flat names of mixer fields (model.aib_weights) still work, with a note.
@@ -892,7 +965,9 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
       }
     toml::table v;
     try {
-      v = toml::parse("v = " + value);
+      const std::string line = "v = " + value;
+      check_toml_bounds(line, origin);
+      v = toml::parse(line);
     } catch (const toml::parse_error&) {
       // A number TOML cannot hold (1e400, 2^63 and more) is out of range, except that a float
       // key takes a decimal integer beyond int64 (99999999999999999999 is 1e20). Anything

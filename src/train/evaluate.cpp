@@ -7,6 +7,7 @@
 
 #include "seqmix/dist/process_group.h"
 #include "seqmix/train/objective.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::train {
 
@@ -39,6 +40,7 @@ EvalResult evaluate(models::SequenceModel& model, const data::TokenIds& tokens,
   int64_t batch_index = 0;
   auto score = [&](int64_t first_window, int64_t count, int64_t len) {
     if (group && batch_index++ % group->world_size() != group->rank()) return;
+    if (!group) util::check_interrupt();  // a rank alone must not stop: the others would wait
     at::Tensor batch = at::empty({count, len + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i)
       batch[i].copy_(data::tokens_to_tensor(tokens, (first_window + i) * T, len + 1));

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <mutex>
 #include <sstream>
@@ -148,10 +149,21 @@ void load_strict(const std::string& what, const std::vector<std::pair<std::strin
                                                  : std::string(c10::toString(dst.scalar_type()))) +
           " for it");
     if (!detail::finite_values(t)) throw std::runtime_error(what + " holds non-finite values in " + name);
-    copies.emplace_back(dst, t);
+    // Finite float64 values can still overflow the model's float32 (1e300 becomes inf).
+    at::Tensor value = t.to(dst.scalar_type());
+    if (!detail::finite_values(value))
+      throw std::runtime_error(
+          what + ": " + name + " holds values beyond the range of the model's " +
+          c10::toString(dst.scalar_type()) + " (largest magnitude " +
+          c10::str(t.abs().max().item<double>()) + ", the most " +
+          c10::toString(dst.scalar_type()) + " holds is " +
+          c10::str(dst.scalar_type() == at::kFloat ? std::numeric_limits<float>::max()
+                                                    : std::numeric_limits<double>::max()) +
+          ")");
+    copies.emplace_back(dst, std::move(value));
   }
   torch::NoGradGuard no_grad;
-  for (auto& [dst, t] : copies) dst.copy_(t.to(dst.scalar_type()));
+  for (auto& [dst, t] : copies) dst.copy_(t);
 }
 
 // A path a user gave for a file seqmix writes: no control characters, not a folder, not an
@@ -163,6 +175,7 @@ void check_out_file(const std::string& out_file, bool overwrite, const std::stri
   const fs::path out(out_file);
   if (fs::is_directory(out, ec))
     throw std::runtime_error("export: '" + out_file + "' is a folder; give a file name");
+  util::check_replaceable(out_file);
   if (fs::exists(out, ec) && fs::exists(source, ec) && fs::equivalent(out, source, ec))
     throw std::runtime_error("export: '" + out_file +
                              "' is the checkpoint being exported; give another file");
@@ -254,6 +267,12 @@ void export_run(const std::string& run_or_checkpoint, const std::string& out_fil
   if (!dir.empty()) fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("export: cannot create folder '" + dir.string() + "': " + ec.message());
   util::write_file_atomic(out_file, std::string(bytes.begin(), bytes.end()));
+}
+
+void load_state_dict(models::SequenceModel& model,
+                     const std::vector<std::pair<std::string, at::Tensor>>& state,
+                     const std::string& what) {
+  load_strict(what, state, model);
 }
 
 LoadedRun load_export(const std::string& file, const RunRequest* bare_config) {

@@ -177,6 +177,7 @@ void run_gnuplot(const GnuplotJob& job, const std::string& destination) {
     throw std::runtime_error("gnuplot failed (" + how + ")" +
                              (message.empty() ? std::string() : ": " + message));
   }
+  util::check_replaceable(dest.string());  // made a link or FIFO while gnuplot ran
   fs::rename(picture, dest, ec);
   if (ec)
     throw std::runtime_error("cannot move the picture to '" +
@@ -314,6 +315,7 @@ PlotResult plot_runs(const PlotOptions& o) {
       throw std::runtime_error("plot: the folder of --out '" + result.path + "' does not exist");
     if (fs::is_directory(result.path, ec))
       throw std::runtime_error("plot: --out '" + result.path + "' is a folder");
+    util::check_replaceable(result.path);  // a picture replaces a picture, nothing else
   }
   const std::string output = "plot" + lower;
   const double scale = metric == "accuracy" ? 100.0 : 1.0;

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 namespace seqmix::util {
 
@@ -82,5 +83,20 @@ const char* signal_name(int sig) {
       return "a signal";
   }
 }
+
+namespace {
+thread_local const std::function<void()>* t_interrupt_check = nullptr;
+}  // namespace
+
+void check_interrupt() {
+  if (t_interrupt_check) (*t_interrupt_check)();
+}
+
+ScopedInterruptCheck::ScopedInterruptCheck(std::function<void()> check)
+    : check_(std::move(check)), previous_(t_interrupt_check) {
+  t_interrupt_check = &check_;
+}
+
+ScopedInterruptCheck::~ScopedInterruptCheck() { t_interrupt_check = previous_; }
 
 }  // namespace seqmix::util

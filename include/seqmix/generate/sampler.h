@@ -47,6 +47,11 @@ at::Tensor sample_next(const at::Tensor& logits, const SamplingOptions& options,
 /// than one thread).
 constexpr int64_t kDefaultGenerateThreads = 1;
 
+/// The most new tokens one generation call makes (1e9: days of decoding; a larger request is
+/// a mistake, as 10**12 typed for 10**2). generate_tokens and generate_text refuse more, and
+/// the CLI and Python check it before loading anything.
+constexpr int64_t kMaxNewTokens = 1000000000;
+
 /// `requested` if > 0, else kDefaultGenerateThreads.
 int64_t generate_threads(int64_t requested);
 

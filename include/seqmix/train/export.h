@@ -84,6 +84,17 @@ void save_run(const std::string& out_dir, models::SequenceModel& model, const Ru
 void export_run(const std::string& run_or_checkpoint, const std::string& out_file,
                 bool overwrite);
 
+/// Copies `state` (name -> tensor) into `model` strictly, with the checks load_export makes
+/// (below); `what` starts every message ("'x.pt'"). Nothing is copied unless every tensor
+/// passes. The one loader of outside tensors: the CLI's import and seqmix.load of a bare
+/// state dict both go through it.
+/// @throws std::runtime_error as load_export for tensor mismatches, and "<what>: parameter
+///         'W' holds values beyond the range of the model's Float (largest magnitude 1e+300,
+///         the most Float holds is 3.40282e+38)" for a float64 value that float32 cannot hold.
+void load_state_dict(models::SequenceModel& model,
+                     const std::vector<std::pair<std::string, at::Tensor>>& state,
+                     const std::string& what);
+
 /// Reads `file`: a seqmix export (configuration and tokenizer from the file; `bare_config`
 /// must be null) or a bare state dict (the configuration is resolve_run(*bare_config): preset,
 /// config file, overrides and tokenizer as train takes them). Builds the model and loads the

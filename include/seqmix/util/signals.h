@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 /// @file signals.h
 /// Cooperative interruption: SIGINT and SIGTERM ask a long job (training) to stop at a safe
 /// point; a second signal ends the process at once (the signal's default action).
@@ -20,6 +21,26 @@ int stop_signal();
 /// Forgets a recorded signal and re-installs the handlers (tests; a program that handled an
 /// interruption and goes on).
 void reset_stop_signal();
+
+/// Long library loops that are not training (generation per token, evaluation per batch) call
+/// check_interrupt() between units of work. It calls the current thread's check, set by a
+/// ScopedInterruptCheck, which may throw to stop the work; without one it does nothing. The
+/// Python bindings set a check that raises KeyboardInterrupt on Ctrl-C (a call that releases
+/// the GIL would otherwise run to its end: Python handles signals only between bytecodes).
+void check_interrupt();
+
+/// Sets this thread's interrupt check for the guard's lifetime (the previous one after).
+class ScopedInterruptCheck {
+ public:
+  explicit ScopedInterruptCheck(std::function<void()> check);
+  ~ScopedInterruptCheck();
+  ScopedInterruptCheck(const ScopedInterruptCheck&) = delete;
+  ScopedInterruptCheck& operator=(const ScopedInterruptCheck&) = delete;
+
+ private:
+  std::function<void()> check_;
+  const std::function<void()>* previous_;
+};
 
 /// "SIGINT", "SIGTERM", or "signal N".
 const char* signal_name(int sig);
