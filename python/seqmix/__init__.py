@@ -375,18 +375,21 @@ def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None
         what is wrong: corrupt, or a parameter whose name or shape the model does not have.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
+    kind = _C.model_file_kind(path)  # the CLI's judgement; never opens a FIFO or device
+    if kind == "missing":
         raise FileNotFoundError(f"{path}: no such run folder or file")
+    if kind == "special":
+        raise ValueError(f"{path}: not a regular file or folder (a FIFO, device or socket); "
+                         "seqmix.load reads run folders and files")
     given = [name for name, value in (("preset", preset), ("size", size), ("task", task),
                                       ("config", config), ("tokenizer", tokenizer))
              if value is not None] + sorted(overrides)
-    kind = _file_kind(path)
-    if kind in ("run", "export"):
+    if kind in ("run", "folder", "checkpoint", "export"):
         if given:
-            raise ValueError(f"{path}: a seqmix {'run' if kind == 'run' else 'export'} brings "
+            raise ValueError(f"{path}: a seqmix {'export' if kind == 'export' else 'run'} brings "
                              f"its own configuration; {', '.join(given)} apply only to a bare "
                              "state dict")
-        cpp, run_config, tok = _C.load_run(path) if kind == "run" else _C.load_export(path)
+        cpp, run_config, tok = _C.load_export(path) if kind == "export" else _C.load_run(path)
         model = Model(cpp, run_config, tok)
         model.eval()
         return model
@@ -417,26 +420,6 @@ def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None
         raise
     model.eval()
     return model
-
-
-def _file_kind(path):
-    """'run' (a run folder or a LibTorch checkpoint archive, which holds constants.pkl),
-    'export' (a plain pickle archive whose data names the seqmix.export format) or 'other'.
-    Decided from the zip listing and bytes, never by unpickling."""
-    import zipfile
-    if os.path.isdir(path):
-        return "run"
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-            if any(n.endswith("/constants.pkl") for n in names):
-                return "run"
-            data = [n for n in names if n.endswith("/data.pkl")]
-            if data and b"seqmix.export" in z.read(data[0]):
-                return "export"
-    except (OSError, zipfile.BadZipFile, KeyError):
-        pass
-    return "other"
 
 
 def export(run, file, *, overwrite=False):

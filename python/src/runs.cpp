@@ -165,6 +165,22 @@ void bind_runs(py::module_& m) {
       "load_export",
       [](const std::string& file) { return loaded(train::load_export(file, nullptr)); },
       py::arg("file"));
+  // What a model path is (train::model_file_kind), for seqmix.load to dispatch on.
+  m.def(
+      "model_file_kind",
+      [](const std::string& path) -> std::string {
+        switch (train::model_file_kind(path)) {
+          case train::ModelFileKind::kMissing: return "missing";
+          case train::ModelFileKind::kRunFolder: return "run";
+          case train::ModelFileKind::kFolder: return "folder";
+          case train::ModelFileKind::kSpecial: return "special";
+          case train::ModelFileKind::kCheckpoint: return "checkpoint";
+          case train::ModelFileKind::kExport: return "export";
+          case train::ModelFileKind::kOther: return "other";
+        }
+        return "other";
+      },
+      py::arg("path"));
   // seqmix.load of a bare state dict: the loader (and checks) of `seqmix import`.
   m.def(
       "load_state_dict",

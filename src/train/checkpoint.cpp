@@ -21,6 +21,7 @@
 
 #include "pickle_check.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/run_folder.h"
 
 namespace seqmix::train {
 
@@ -1220,15 +1221,64 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
   return step.toInt();
 }
 
-std::string find_checkpoint(const std::string& run_or_file) {
-  if (fs::is_directory(run_or_file)) {
-    const fs::path p = fs::path(run_or_file) / "checkpoint.pt";
-    if (!fs::is_regular_file(p))
-      throw std::runtime_error("run folder '" + run_or_file + "' has no checkpoint.pt");
-    return p.string();
+ModelFileKind model_file_kind(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // stat only
+  if (ec || !fs::exists(st)) return ModelFileKind::kMissing;
+  if (fs::is_directory(st))
+    return util::run_files_in(path).empty() ? ModelFileKind::kFolder : ModelFileKind::kRunFolder;
+  if (!fs::is_regular_file(st)) return ModelFileKind::kSpecial;
+  int code = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &code);
+  if (!z) return ModelFileKind::kOther;
+  std::unique_ptr<zip_t, void (*)(zip_t*)> guard(z, zip_discard);
+  const zip_int64_t n = zip_get_num_entries(z, 0);
+  for (zip_int64_t i = 0; i < n; ++i) {
+    const char* cname = zip_get_name(z, static_cast<zip_uint64_t>(i), 0);
+    const std::string name = cname ? cname : "";
+    const auto slash = name.find('/');
+    const std::string base = slash == std::string::npos ? name : name.substr(slash + 1);
+    if (base == "constants.pkl") return ModelFileKind::kCheckpoint;
+    if (base != "data.pkl") continue;
+    // An export's data.pkl is a few KB: its dict keys name the format.
+    zip_stat_t zs;
+    if (zip_stat_index(z, static_cast<zip_uint64_t>(i), 0, &zs) != 0 || zs.size > (1u << 24))
+      continue;
+    zip_file_t* f = zip_fopen_index(z, static_cast<zip_uint64_t>(i), 0);
+    if (!f) continue;
+    std::string text(static_cast<size_t>(zs.size), '\0');
+    const zip_int64_t got = zip_fread(f, text.data(), text.size());
+    zip_fclose(f);
+    if (got > 0 && text.find("seqmix.export") != std::string::npos) return ModelFileKind::kExport;
   }
-  if (!fs::is_regular_file(run_or_file))
-    throw std::runtime_error("'" + run_or_file + "' is neither a run folder nor a checkpoint file");
+  return ModelFileKind::kOther;
+}
+
+std::string find_checkpoint(const std::string& run_or_file) {
+  switch (model_file_kind(run_or_file)) {
+    case ModelFileKind::kRunFolder:
+    case ModelFileKind::kFolder: {
+      const fs::path p = fs::path(run_or_file) / "checkpoint.pt";
+      std::error_code ec;
+      if (!fs::is_regular_file(p, ec))
+        throw std::runtime_error("run folder '" + run_or_file + "' has no checkpoint.pt");
+      return p.string();
+    }
+    case ModelFileKind::kMissing:
+      throw std::runtime_error("'" + run_or_file + "' does not exist (expected a run folder or "
+                               "a checkpoint file)");
+    case ModelFileKind::kSpecial:
+      throw std::runtime_error("'" + run_or_file + "' is " +
+                               util::file_type_description(run_or_file) +
+                               ", not a run folder or checkpoint file");
+    case ModelFileKind::kExport:
+      throw std::runtime_error("'" + run_or_file + "' is a seqmix export, not a checkpoint: "
+                               "make a run folder of it with `seqmix import " + run_or_file +
+                               " --out DIR` (or load it in Python with seqmix.load)");
+    case ModelFileKind::kCheckpoint:
+    case ModelFileKind::kOther:
+      break;  // a damaged checkpoint is reported by its reader, with what is wrong
+  }
   return run_or_file;
 }
 
@@ -1236,7 +1286,26 @@ namespace detail {
 
 void verify_plain_pickle(const std::string& path, const std::string& noun,
                          const std::string& not_a) {
-  if (!fs::is_regular_file(path)) throw std::runtime_error(noun + " '" + path + "' does not exist");
+  switch (model_file_kind(path)) {
+    case ModelFileKind::kMissing:
+      throw std::runtime_error(noun + " '" + path + "' does not exist");
+    case ModelFileKind::kRunFolder:
+      throw std::runtime_error("'" + path + "' is a run folder: eval, generate, export and "
+                               "train --resume take it as it is; import takes a file that "
+                               "`seqmix export` or torch.save wrote");
+    case ModelFileKind::kFolder:
+    case ModelFileKind::kSpecial:
+      throw std::runtime_error(noun + " '" + path + "' is " + util::file_type_description(path) +
+                               ", not a file");
+    case ModelFileKind::kCheckpoint:
+      throw std::runtime_error("'" + path + "' is a seqmix checkpoint, not " + not_a +
+                               ": eval, generate and export take it as it is (or its run "
+                               "folder); import takes a file that `seqmix export` or "
+                               "torch.save wrote");
+    case ModelFileKind::kExport:
+    case ModelFileKind::kOther:
+      break;
+  }
   const ZipEntries zip = verify_archive(path, noun, not_a);
   verify_version(path, zip, noun);
   verify_plain_contents(path, zip, noun);

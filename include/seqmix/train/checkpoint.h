@@ -85,8 +85,23 @@ class CheckpointFile {
   void check_open(const char* what) const;
 };
 
+/// What a path a user gave as a model is, judged from its file type and zip listing alone:
+/// nothing is unpickled and a FIFO or device is never opened. The CLI's commands and
+/// seqmix.load decide with it what to do, or which command a file belongs to.
+enum class ModelFileKind {
+  kMissing,     ///< nothing at the path
+  kRunFolder,   ///< a folder holding checkpoint.pt or config.toml
+  kFolder,      ///< any other folder
+  kSpecial,     ///< a FIFO, device or socket
+  kCheckpoint,  ///< a LibTorch archive (a run's checkpoint.pt): its zip holds constants.pkl
+  kExport,      ///< a `seqmix export` file: a torch.save pickle naming "seqmix.export"
+  kOther,       ///< any other file (a state dict from torch.save, or not a model at all)
+};
+ModelFileKind model_file_kind(const std::string& path);
+
 /// Resolves "a run folder or a checkpoint file" to the checkpoint file.
-/// @throws std::runtime_error if neither exists.
+/// @throws std::runtime_error if neither exists, naming what the path is instead (a FIFO, a
+///         seqmix export and the command that takes it, ...).
 std::string find_checkpoint(const std::string& run_or_file);
 
 }  // namespace seqmix::train
