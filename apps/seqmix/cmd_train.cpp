@@ -27,7 +27,7 @@ namespace {
 struct TrainFlags {
   ConfigFlags config;
   std::string out;
-  bool resume = false, overwrite = false, dump = false;
+  bool resume = false, overwrite = false, dump = false, allow_data_change = false;
   DistFlags dist;
 };
 
@@ -53,6 +53,9 @@ int train_here(const TrainFlags& f) {
   // second does not end it mid-step.
   util::install_stop_signals(group ? 1.0 : 0.0);
   options.overwrite = f.overwrite;
+  if (f.allow_data_change && !f.resume)
+    throw std::invalid_argument("--allow-data-change applies to --resume only");
+  options.allow_data_change = f.allow_data_change;
   const auto r = train::train(config, options);
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (!config.data.task.empty()) {
@@ -100,6 +103,9 @@ Command add_train(CLI::App& app) {
   cmd->add_flag("--resume", f->resume, "continue from <out>/checkpoint.pt");
   cmd->add_flag("--overwrite", f->overwrite,
                 "replace the run already in <out> (kept until the new run's first checkpoint)");
+  cmd->add_flag("--allow-data-change", f->allow_data_change,
+                "with --resume: go on although the data differ from those the checkpoint "
+                "was trained on (refused otherwise)");
   cmd->add_flag("--dump-config", f->dump, "print the resolved configuration and exit");
   f->dist.add_to(cmd);
   return {cmd, [f](char** argv) { return run_train(*f, argv); }};

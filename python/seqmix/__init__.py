@@ -308,7 +308,8 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
 
 
 def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None,
-          resume=False, overwrite=False, dist_timeout=60.0, **overrides):
+          resume=False, overwrite=False, dist_timeout=60.0, allow_data_change=False,
+          **overrides):
     """Trains a run into the folder ``out`` in this process, exactly as ``seqmix train``
     (the library's trainer: AdamW, schedule, clipping, evaluations, atomic checkpoints,
     metrics.jsonl; train/trainer.h), and returns its final figures.
@@ -324,6 +325,8 @@ def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None
         preset, size, task, config, tokenizer, overrides: as for ``build`` (e.g.
             ``**{"data.source": "sotu", "train.max_steps": 200}``). With ``resume`` the
             configuration comes from the checkpoint and only overrides apply.
+        allow_data_change: with ``resume``, go on although the training or held-out data
+            differ from those the checkpoint recorded (refused otherwise, naming the sizes).
 
     Returns:
         dict with steps, train_loss, loss, perplexity, bpc (held-out), seconds, rank,
@@ -338,6 +341,9 @@ def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None
     """
     _bool("resume", resume)
     _bool("overwrite", overwrite)
+    _bool("allow_data_change", allow_data_change)
+    if allow_data_change and not resume:
+        raise ValueError("allow_data_change: applies to resume=True only")
     _float("dist_timeout", dist_timeout, 1.0, 86400.0)
     request = []
     for name, value in (("preset", preset), ("size", size), ("task", task)):
@@ -351,7 +357,7 @@ def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None
     try:
         out_json = _C.train_run(os.fspath(out), os.fspath(config) if config is not None else "",
                                 os.fspath(tokenizer) if tokenizer is not None else "", request,
-                                resume, overwrite, float(dist_timeout))
+                                resume, overwrite, float(dist_timeout), allow_data_change)
     except (RuntimeError, ValueError) as e:
         raise type(e)(_python_words(str(e))) from None
     return json.loads(out_json)

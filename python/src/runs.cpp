@@ -102,7 +102,7 @@ void bind_runs(py::module_& m) {
       "train_run",
       [](const std::string& out_dir, const std::string& config_path,
          const std::string& tokenizer, const std::vector<std::string>& overrides, bool resume,
-         bool overwrite, double dist_timeout_s) {
+         bool overwrite, double dist_timeout_s, bool allow_data_change) {
         if (!(dist_timeout_s >= 1 && dist_timeout_s <= 86400))
           throw std::invalid_argument("dist_timeout: must be a number of seconds in [1, 86400]");
         struct sigaction old_int {}, old_term {};
@@ -140,6 +140,7 @@ void bind_runs(py::module_& m) {
         else
           resolve();
         options.overwrite = overwrite;
+        options.allow_data_change = allow_data_change;
         const train::TrainResult r = train::train(config, options);
         nlohmann::json j{{"steps", r.steps},           {"train_loss", r.final_train_loss},
                          {"loss", r.eval_loss},        {"perplexity", r.eval_perplexity},
@@ -156,7 +157,8 @@ void bind_runs(py::module_& m) {
         return j.dump();
       },
       py::arg("out_dir"), py::arg("config_path"), py::arg("tokenizer"), py::arg("overrides"),
-      py::arg("resume"), py::arg("overwrite"), py::arg("dist_timeout_s"));
+      py::arg("resume"), py::arg("overwrite"), py::arg("dist_timeout_s"),
+      py::arg("allow_data_change"));
   m.def(
       "load_run", [](const std::string& path) { return loaded(train::load_run(path)); },
       py::arg("path"));

@@ -21,6 +21,7 @@
 
 #include "pickle_check.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/paths.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::train {
@@ -976,12 +977,17 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
 
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
-                     const data::Tokenizer& tokenizer, double train_seconds) {
+                     const data::Tokenizer& tokenizer, double train_seconds,
+                     const DataFingerprint& data) {
   torch::serialize::OutputArchive ar;
   ar.write("format", c10::IValue(std::string(kFormat)));
   ar.write("config", c10::IValue(config.to_toml()));
   ar.write("step", c10::IValue(step));
   ar.write("train_seconds", c10::IValue(train_seconds));
+  if (!data.hash.empty()) {
+    ar.write("data_hash", c10::IValue(data.hash));
+    ar.write("data_sizes", c10::IValue(data.sizes));
+  }
   if (!tokenizer.is_bytes()) {
     // As raw bytes: a serialized protobuf is not valid UTF-8 text.
     const std::string& proto = tokenizer.serialized();
@@ -1035,7 +1041,15 @@ RunConfig config_in(torch::serialize::InputArchive& ar, const std::string& path)
 }  // namespace
 
 CheckpointFile::CheckpointFile(std::string path)
-    : path_(std::move(path)), archive_(open_archive(path_)), config_(config_in(archive_, path_)) {}
+    : path_(std::move(path)), archive_(open_archive(path_)), config_(config_in(archive_, path_)) {
+  c10::IValue hash, sizes;
+  if (archive_.try_read("data_hash", hash) && hash.isString() &&
+      archive_.try_read("data_sizes", sizes) && sizes.isString()) {
+    // Shown in messages: printable and short, whatever a crafted file holds.
+    data_.hash = util::printable_text(hash.toStringRef().substr(0, 64));
+    data_.sizes = util::printable_text(sizes.toStringRef().substr(0, 200));
+  }
+}
 
 RunConfig read_checkpoint_config(const std::string& path) { return CheckpointFile(path).config(); }
 

@@ -93,6 +93,7 @@ using SayFn = std::function<void(const std::string&)>;
 struct TrainingPlan {
   std::string description;  ///< the data, for the start line
   std::string fingerprint;  ///< a hash of every token and label, compared between ranks
+  std::string data_sizes;   ///< e.g. "90000 train and 10000 held-out bytes", for messages
   std::string batch_shape;  ///< e.g. "32 x 256 bytes"
   std::string unit;         ///< what the throughput counts: tokens or examples
   int64_t units_per_step = 0;
@@ -113,6 +114,20 @@ struct Fnv1a {
   }
   std::string hex() const { return fmt::format("{:016x}", h); }
 };
+
+// A resumed run must see the data it started on: a corpus that grew moves the 90/10 split,
+// so held-out text would be trained on and the held-out curve change sets mid-run.
+void check_same_data(const CheckpointFile& resumed, const TrainingPlan& plan, bool allowed) {
+  const DataFingerprint& then = resumed.data_fingerprint();
+  if (then.hash.empty() || then.hash == plan.fingerprint) return;  // older checkpoints: none
+  if (allowed) return;
+  throw std::runtime_error(fmt::format(
+      "--resume: the data differs from the data this run was trained on: the checkpoint's was "
+      "{} (hash {}), the data now is {} (hash {}); its train/held-out split would change "
+      "mid-run. Restore the data, start a new run, or give --allow-data-change to go on "
+      "with the new data",
+      then.sizes, then.hash, plan.data_sizes, plan.fingerprint));
+}
 
 // Which part of a global batch of `n` this process takes: rank r of W gets rows
 // [r n / W, (r + 1) n / W); n is a multiple of W (checked at start-up).
@@ -154,6 +169,8 @@ TrainingPlan language_model_plan(const RunConfig& config, models::SequenceModel&
   hash.add(corpus->train);
   hash.add(corpus->eval);
   o.fingerprint = hash.hex();
+  o.data_sizes = fmt::format("{} train and {} held-out {}", corpus->train.size(),
+                             corpus->eval.size(), tokenizer.is_bytes() ? "bytes" : "tokens");
   o.batch_shape = fmt::format("{} x {} {}", B, T, tokenizer.is_bytes() ? "bytes" : "tokens");
   o.unit = "tokens";
   o.units_per_step = B * T;
@@ -221,6 +238,8 @@ TrainingPlan classification_plan(const RunConfig& config, models::SequenceModel&
       hash.add_word(static_cast<uint32_t>(e.label));
     }
   o.fingerprint = hash.hex();
+  o.data_sizes = fmt::format("{} train, {} valid and {} test examples", task->splits.train.size(),
+                             task->splits.valid.size(), task->splits.test.size());
   o.batch_shape = fmt::format("{} examples of <= {} tokens{}", B, T,
                               task->info.pair ? " (pairs)" : "");
   o.unit = "examples";
@@ -616,6 +635,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
                           " (is data.dir the same data on every machine?)";
                  });
   }
+  if (resumed) check_same_data(*resumed, plan, options.allow_data_change);
   const fs::path metrics_path = files.metrics_path();
   if (!writer) {
     // Nothing of the folder is touched below on this rank.
@@ -686,7 +706,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
                               : std::string("No checkpoint had been written yet")));
     if (writer)
       save_checkpoint(ckpt_path.string(), model, optimizer.get(), config, step, tokenizer,
-                      run_seconds());
+                      run_seconds(), {plan.fingerprint, plan.data_sizes});
     files.promote(config.to_toml(), tokenizer);
     last_checkpoint = step;
   };

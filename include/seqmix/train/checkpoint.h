@@ -20,10 +20,17 @@ namespace seqmix::train {
 /// (a resumed run continues counting from it).
 /// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
 ///         any, is left as it was).
+/// What a run trained on, stored in its checkpoints so a resume can tell that the data
+/// changed: a hash of every training and held-out token (or task example) and their sizes.
+struct DataFingerprint {
+  std::string hash;   ///< 16 hex digits; empty when unknown (checkpoints written before it)
+  std::string sizes;  ///< "90000 train and 10000 held-out bytes"
+};
+
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
                      const data::Tokenizer& tokenizer = data::Tokenizer::bytes(),
-                     double train_seconds = 0);
+                     double train_seconds = 0, const DataFingerprint& data = {});
 
 /// Reads only the configuration stored in a checkpoint.
 /// @throws std::runtime_error naming the path if it is missing, not a seqmix checkpoint, or
@@ -68,6 +75,8 @@ class CheckpointFile {
   ///         storage 'archive/data/0' holds 100"), or holds an invalid configuration.
   explicit CheckpointFile(std::string path);
   const RunConfig& config() const { return config_; }
+  /// The data the run trained on (empty hash for a checkpoint that does not record it).
+  const DataFingerprint& data_fingerprint() const { return data_; }
   /// As read_checkpoint_tokenizer().
   data::Tokenizer tokenizer();
   /// As load_checkpoint().
@@ -81,6 +90,7 @@ class CheckpointFile {
   std::string path_;
   torch::serialize::InputArchive archive_;
   RunConfig config_;
+  DataFingerprint data_;
   bool closed_ = false;
   void check_open(const char* what) const;
 };

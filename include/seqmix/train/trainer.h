@@ -46,6 +46,9 @@ struct TrainOptions {
   /// configuration), so the file is read and verified once; opened here when null. Closed
   /// once its state is loaded.
   std::shared_ptr<CheckpointFile> checkpoint;
+  /// With `resume`: go on although the training or held-out data differ from those the
+  /// checkpoint was trained on (its data fingerprint); refused otherwise, naming the sizes.
+  bool allow_data_change = false;
   /// Steps between progress lines when stderr is not a terminal (0 = every log line).
   int64_t report_interval = 0;
   /// Testing aid: return right after the checkpoint written at this step, as if the process
