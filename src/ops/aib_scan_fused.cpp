@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include "aib_scan_internal.h"
+#include "double_backward.h"
 #include "cpu/aib_scan_kernel.h"
 #include "low_precision.h"
 
@@ -82,6 +83,17 @@ class AIBScanFunction : public torch::autograd::Function<AIBScanFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &a = saved[0], &v = saved[1], &lw = saved[2], &mask = saved[3];
     const bool bidirectional = ctx->saved_data["bidirectional"].toBool();
+    if (detail::differentiable_backward()) {
+      // log W enters the kernel as the reference's `exp` weights: W = exp(lw).
+      auto g = detail::reference_backward(
+          [&](const std::vector<at::Tensor>& in) {
+            return aib_scan_reference(in[0], in[1], in[2], mask.numel() ? mask : at::Tensor(),
+                                      bidirectional ? Direction::bidirectional : Direction::causal,
+                                      AIBWeights::exp);
+          },
+          {a, v, lw}, grads[0]);
+      return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    }
     const at::Tensor go = grads[0].to(a.scalar_type()).contiguous();
     at::Tensor ga = at::empty_like(a), gv = at::empty_like(v), glw = at::zeros_like(lw);
     const int64_t K = levels_for(a.size(1));

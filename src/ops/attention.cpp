@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <limits>
 #include <memory>
 
 #include "check_mask.h"
+#include "double_backward.h"
 #include "low_precision.h"
 #include "cpu/attention_kernel.h"
 
@@ -94,6 +96,20 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         });
       });
     }
+    // NaN in, NaN out, as the reference: a query with a non-finite entry has no finite score,
+    // which the kernel's running maximum takes for "no key" (a row of 0).
+    if (q.numel() > 0) {
+      const at::Tensor bad = at::isfinite(q).logical_not().any(-1);  // [B, H, L]
+      if (bad.any().item<bool>()) {
+        at::Tensor rows = bad;
+        if (key_mask.dim() == 2) {  // only rows that see a key: the others are 0 there too
+          const at::Tensor sees = causal ? key_mask.to(at::kLong).cumsum(-1).gt(0)
+                                         : key_mask.any(-1, true).expand_as(key_mask);
+          rows = rows.logical_and(sees.unsqueeze(1));
+        }
+        o.masked_fill_(rows.unsqueeze(-1), std::numeric_limits<double>::quiet_NaN());
+      }
+    }
     ctx->save_for_backward({q, k, v, key_mask, o, lse});
     ctx->saved_data["causal"] = causal;
     return o.to(q.scalar_type());
@@ -104,10 +120,17 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &key_mask = saved[3],
                      &o = saved[4], &lse = saved[5];
-    // First-order only: the kernel's gradient is not itself differentiable.
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "attention_kernel: double backward is not supported (use "
-                "model.attention.impl = \"reference\")");
+    if (detail::differentiable_backward()) {
+      const bool causal = ctx->saved_data["causal"].toBool();
+      auto g = detail::reference_backward(
+          [&](const std::vector<at::Tensor>& in) {
+            return attention_reference(in[0], in[1], in[2],
+                                       key_mask.dim() == 2 ? key_mask : at::Tensor(),
+                                       causal ? Direction::causal : Direction::bidirectional);
+          },
+          {q, k, v}, grads[0]);
+      return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    }
     const at::Tensor go = grads[0].to(q.scalar_type()).contiguous();
     at::Tensor gq = at::empty_like(o), gk = at::empty_like(o), gv = at::empty_like(o);
     if (q.numel() > 0) {

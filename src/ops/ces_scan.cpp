@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "check_mask.h"
+#include "double_backward.h"
 #include "low_precision.h"
 #include "cpu/ces_scan_kernel.h"
 
@@ -125,6 +126,20 @@ class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &mu = saved[1], &c = saved[2], &mask = saved[3];
     const bool bidirectional = ctx->saved_data["bidirectional"].toBool();
+    if (detail::differentiable_backward()) {
+      // The reference reads q = log mu (any branch: only exp(n q) = mu^n enters it).
+      auto g = detail::reference_backward(
+          [&](const std::vector<at::Tensor>& in) {
+            const at::Tensor& m = in[1];
+            const at::Tensor mr = m.select(1, 0), mi = m.select(1, 1);
+            const at::Tensor q = at::stack({0.5 * at::log(mr * mr + mi * mi), at::atan2(mi, mr)}, 1);
+            return ces_scan_reference(in[0], CESCoefficients{q, m, in[2]},
+                                      mask.numel() ? mask : at::Tensor(),
+                                      bidirectional ? Direction::bidirectional : Direction::causal);
+          },
+          {x, mu, c}, grads[0]);
+      return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    }
     const at::Tensor gy = grads[0].to(x.scalar_type()).contiguous();
     at::Tensor gx = at::empty_like(x);
     const auto dopt = x.options().dtype(at::kDouble);
