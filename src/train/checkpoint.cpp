@@ -294,16 +294,14 @@ class PickleChecker {
         case 'e': {  // APPENDS
           const size_t start = take_mark();
           if (start == 0) fail_at("appends to nothing");
-          PRef list = stack_[start - 1];
-          if (list->kind != PValue::kList) fail_at("appends to a value that is not a list");
-          if (list->frozen) fail_at("appends to a list after storing it");
-          for (size_t k = start; k < stack_.size(); ++k) {
-            if (!is_scalar_kind(stack_[k]->kind)) fail_at("appends a container to a list");
-            grow(*list, *stack_[k]);
-            list->items.push_back(stack_[k]);
-            if (stack_[k]->bad && !list->bad) list->bad = stack_[k]->bad;
-          }
+          for (size_t k = start; k < stack_.size(); ++k) append(stack_[start - 1], stack_[k]);
           stack_.resize(start);
+          break;
+        }
+        case 'a': {  // APPEND: Python's pickler for a list of one element
+          if (stack_.size() < 2) fail_at("appends to nothing");
+          PRef item = pop();
+          append(stack_.back(), item);
           break;
         }
         case 'u': {  // SETITEMS
@@ -315,8 +313,13 @@ class PickleChecker {
           stack_.resize(start);
           break;
         }
-        // SETITEM ('s', Python's pickler for a dict of one item) is refused: LibTorch's
-        // unpickler does not read it (torch::pickle_load of such a file fails).
+        case 's': {  // SETITEM: Python's pickler for a dict of one item
+          if (stack_.size() < 3) fail_at("sets items of nothing");
+          PRef value = pop();
+          PRef key = pop();
+          set_item(stack_.back(), key, value);
+          break;
+        }
         case 'q': memo_put(u8()); break;   // BINPUT
         case 'r': memo_put(u32()); break;  // LONG_BINPUT
         case 'h': memo_get(u8()); break;   // BINGET
@@ -371,6 +374,15 @@ class PickleChecker {
 
   [[noreturn]] void fail(const std::string& why) const {
     throw std::runtime_error("pickle '" + entry_ + "' " + why);
+  }
+  // list.append(item), for APPENDS and APPEND.
+  void append(const PRef& list, const PRef& item) {
+    if (list->kind != PValue::kList) fail_at("appends to a value that is not a list");
+    if (list->frozen) fail_at("appends to a list after storing it");
+    if (!is_scalar_kind(item->kind)) fail_at("appends a container to a list");
+    grow(*list, *item);
+    list->items.push_back(item);
+    if (item->bad && !list->bad) list->bad = item->bad;
   }
   // dict[key] = value, for SETITEMS and SETITEM.
   void set_item(const PRef& dict, const PRef& key, const PRef& value) {
@@ -866,8 +878,9 @@ void verify_contents(const std::string& path, const ZipEntries& zip) {
 }
 
 // A plain pickle's archive (torch.save, torch::pickle_save), checked before torch::pickle_load
-// reads it: only data.pkl, data/<n>, the version records and (newer PyTorch) byteorder and
-// .data/serialization_id; data.pkl run on the abstract unpickler (Kind::kPlain) must hold a
+// reads it: only data.pkl, data/<n>, the version records and (newer PyTorch) byteorder,
+// .data/serialization_id, .format_version and .storage_alignment (PyTorch 2.x's torch.save:
+// small decimal records); data.pkl run on the abstract unpickler (Kind::kPlain) must hold a
 // dict.
 void verify_plain_contents(const std::string& path, const ZipEntries& zip,
                            const std::string& noun) {
@@ -878,7 +891,13 @@ void verify_plain_contents(const std::string& path, const ZipEntries& zip,
       const bool known = rel == "version" || rel == ".data/version" || rel == "data.pkl" ||
                          rel == "byteorder" || rel == ".data/serialization_id" ||
                          (rel.compare(0, 5, "data/") == 0 && is_decimal(rel.substr(5)));
-      if (!known)
+      const bool decimal_record = rel == ".format_version" || rel == ".storage_alignment";
+      if (decimal_record) {
+        const std::string& text = zip.texts.at(name);
+        if (text.empty() || text.size() > 20 || !is_decimal(text))
+          throw std::runtime_error("entry '" + name + "' is not a decimal number");
+      }
+      if (!known && !decimal_record)
         throw std::runtime_error("entry '" + name + "' is not part of a torch.save file");
     }
     verify_byteorder(zip);
