@@ -4,6 +4,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -86,8 +87,26 @@ int train_here(const TrainFlags& f) {
   return 0;
 }
 
+// What the workers would refuse, found before the launcher starts any: the configuration
+// (resolved as they resolve it) and a batch that does not split into equal shards.
+void check_launch(const TrainFlags& f, int world_size) {
+  if (f.dump) throw std::invalid_argument("--dump-config prints the configuration: give it "
+                                          "without --nproc-per-node");
+  if (f.out.empty()) throw std::runtime_error("train: --out <run folder> is required");
+  std::optional<train::RunConfig> stored;
+  if (f.resume) stored = train::read_checkpoint_config(train::find_checkpoint(f.out));
+  const train::RunConfig config = train::resolve_run(
+      {f.config.config_path, "", f.config.overrides()}, stored ? &*stored : nullptr);
+  if (config.train.batch_size % world_size != 0)
+    throw std::invalid_argument(fmt::format(
+        "train.batch_size (--batch-size) {} is not a multiple of the {} workers: every worker "
+        "takes an equal share of the global batch",
+        config.train.batch_size, world_size));
+}
+
 int run_train(const TrainFlags& f, char** argv) {
-  if (f.dist.launcher()) return f.dist.launch(argv);
+  if (f.dist.launcher())
+    return f.dist.launch(argv, [&](int world_size) { check_launch(f, world_size); });
   return DistFlags::run_worker([&] { return train_here(f); });
 }
 

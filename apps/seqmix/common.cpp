@@ -297,7 +297,7 @@ void DistFlags::add_to(CLI::App* app) {
       ->group(g);
 }
 
-int DistFlags::launch(char** argv) const {
+int DistFlags::launch(char** argv, const std::function<void(int world_size)>& check) const {
   dist::LaunchOptions o;
   o.nproc_per_node = *nproc_per_node;
   o.nnodes = nnodes.value_or(1);
@@ -309,6 +309,8 @@ int DistFlags::launch(char** argv) const {
     throw std::invalid_argument("--nproc-per-node: this process is already a worker (RANK / "
                                 "WORLD_SIZE are set); start workers either with seqmix's "
                                 "launcher or with torchrun, not both");
+  o.validate();
+  if (check) check(o.nproc_per_node * o.nnodes);
   std::vector<std::string> args;
   for (int i = 0; argv[i]; ++i) {
     bool value = false;

@@ -80,7 +80,9 @@ struct DistFlags {
   // --nproc-per-node was given: this process starts the workers (launch()) and trains nothing.
   bool launcher() const { return nproc_per_node.has_value(); }
   // Starts this machine's workers with `argv` less the launcher's flags; their exit status.
-  int launch(char** argv) const;
+  // `check` (given the world size) runs first: what every worker would refuse is refused
+  // before any starts.
+  int launch(char** argv, const std::function<void(int world_size)>& check = {}) const;
   // This process's group when it is a worker (the launch variables are set), else null.
   // @throws std::invalid_argument for launcher flags without --nproc-per-node, bad variables.
   std::shared_ptr<dist::ProcessGroup> join() const;

@@ -1,6 +1,7 @@
 #include "seqmix/dist/launcher.h"
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -47,12 +49,25 @@ int exit_code(int status) {
 
 }  // namespace
 
+int max_workers_per_node() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cores < 1) cores = std::max(1u, std::thread::hardware_concurrency());
+  return 2 * cores;
+}
+
 void LaunchOptions::validate() const {
   auto bad = [](const char* flag, const std::string& what, long long got) {
     throw std::invalid_argument(fmt::format("{}: must be {}, got {}", flag, what, got));
   };
-  if (nproc_per_node < 1 || nproc_per_node > 1024)
-    bad("--nproc-per-node", "an integer in [1, 1024]", nproc_per_node);
+  const int most = max_workers_per_node();
+  if (nproc_per_node < 1 || nproc_per_node > most)
+    bad("--nproc-per-node",
+        fmt::format("an integer in [1, {}] (2 per CPU core this process may use: each worker "
+                    "computes on at least one core, more only time-slice them)",
+                    most),
+        nproc_per_node);
   if (nnodes < 1 || nnodes > 1024) bad("--nnodes", "an integer in [1, 1024]", nnodes);
   if (node_rank < 0 || node_rank >= nnodes)
     bad("--node-rank", fmt::format("an integer in [0, --nnodes) = [0, {})", nnodes), node_rank);
@@ -127,7 +142,11 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
   auto terminate_all = [&](int sig) {
     for (const auto& [pid, r] : rank_of) kill(pid, sig);
   };
+  int started = 0;
   for (int i = 0; i < o.nproc_per_node; ++i) {
+    // Ctrl-C or SIGTERM while starting: start no more (the loop below forwards it to those
+    // already running, which stop).
+    if (g_forward_signal.load() != 0) break;
     env.local_rank = i;
     env.rank = o.node_rank * o.nproc_per_node + i;
     std::vector<std::string> envs = base_env;
@@ -149,14 +168,20 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
       throw std::runtime_error(fmt::format("cannot start worker rank {}: {}", env.rank, std::strerror(rc)));
     }
     rank_of[pid] = env.rank;
+    ++started;
   }
   posix_spawnattr_destroy(&attr);
-  std::fprintf(stderr, "seqmix: started %d workers (ranks %d..%d of %d), rendezvous %s:%d\n",
-               o.nproc_per_node, o.node_rank * o.nproc_per_node,
-               (o.node_rank + 1) * o.nproc_per_node - 1, env.world_size, env.master_addr.c_str(),
-               env.master_port);
-
+  if (started < o.nproc_per_node)
+    std::fprintf(stderr, "seqmix: stopping: a signal came while starting workers (%d of %d "
+                         "started)\n", started, o.nproc_per_node);
+  else
+    std::fprintf(stderr, "seqmix: started %d workers (ranks %d..%d of %d), rendezvous %s:%d\n",
+                 o.nproc_per_node, o.node_rank * o.nproc_per_node,
+                 (o.node_rank + 1) * o.nproc_per_node - 1, env.world_size,
+                 env.master_addr.c_str(), env.master_port);
   int result = 0;
+  if (started < o.nproc_per_node) result = 128 + g_forward_signal.load();
+
   int forwarded = 0;
   std::chrono::steady_clock::time_point failed_at{};
   bool failed = false, terminated = false;

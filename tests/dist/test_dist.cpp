@@ -435,11 +435,20 @@ TEST_F(Dist, BadLaunchSettingsAreErrorsNotHangs) {
                  "port");
     close(fd);
   }
-  // The global batch must split evenly.
+  // The global batch must split evenly: the launcher says so before starting any worker
+  // (they would say "WORLD_SIZE"), and leaves nothing behind.
   expect_error("train --nproc-per-node 3 " + lm_flags(corpus) + " --max-steps 2 --out " + dir +
                    "/b",
-               "", "not a multiple of WORLD_SIZE 3");
-  EXPECT_FALSE(fs::exists(dir + "/b/checkpoint.pt"));
+               "", "not a multiple of the 3 workers");
+  EXPECT_FALSE(fs::exists(dir + "/b"));
+  // A configuration error too.
+  expect_error("train --nproc-per-node 2 " + lm_flags(corpus) + " --set train.lr=-1 --out " +
+                   dir + "/b",
+               "", "train.lr");
+  EXPECT_FALSE(fs::exists(dir + "/b"));
+  // More workers than twice the cores is refused, saying why.
+  expect_error("train --nproc-per-node 1000 " + lm_flags(corpus) + " --out " + dir + "/b", "",
+               "per CPU core");
   expect_error(base + dir + "/c --nnodes 2", "", "--nproc-per-node");
   expect_error("train --nproc-per-node 2 --nnodes 2 --node-rank 0 " + lm_flags(corpus) +
                    " --out " + dir + "/c",

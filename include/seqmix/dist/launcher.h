@@ -26,7 +26,7 @@ struct LaunchOptions {
   std::string master_addr;  ///< empty: 127.0.0.1 (one machine only)
   int master_port = 0;      ///< 0: a free port (one machine only)
   std::chrono::milliseconds timeout{60000};
-  /// Checks the combination: nproc_per_node in [1, 1024], nnodes in [1, 1024], node_rank in
+  /// Checks the combination: nproc_per_node in [1, max_workers_per_node()], nnodes in [1, 1024], node_rank in
   /// [0, nnodes), port in [0, 65535]; several machines need master_addr and master_port.
   /// @throws std::invalid_argument naming the flag (--nproc-per-node, --nnodes, ...).
   void validate() const;
@@ -36,6 +36,12 @@ struct LaunchOptions {
 /// workers and waits for them. Returns the exit status described above.
 /// @throws std::runtime_error if a worker cannot be started.
 int launch_workers(const LaunchOptions& options, const std::vector<std::string>& argv);
+
+/// The most workers one machine starts: 2 per CPU core this process may run on
+/// (sched_getaffinity). Each worker computes on at least one core; beyond that they only
+/// time-slice the cores, every step gets slower, and each costs a LibTorch process's memory
+/// (1,000 workers on 2 cores took the machine to a load average of 320).
+int max_workers_per_node();
 
 /// A TCP port that was free on 127.0.0.1 a moment ago (bound to port 0 and released).
 int free_port();
