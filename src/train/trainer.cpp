@@ -1,11 +1,15 @@
 #include "seqmix/train/trainer.h"
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -916,19 +920,19 @@ RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
       throw std::runtime_error("--out: '" + out.string() + "' exists and is not a folder");
   }
   std::error_code ec;
-  const bool created_dir = !fs::exists(out, ec);
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out))
-    throw std::runtime_error("cannot create run folder '" + out.string() + "': " + ec.message());
-  std::shared_ptr<util::FolderLock> lock = options.lock;
-  if (!lock) {
-    try {
-      lock = std::make_shared<util::FolderLock>(out.string(), "run folder");
-    } catch (...) {
-      if (created_dir) fs::remove(out, ec);
-      throw;
-    }
-  }
+  // Whether this process made the folder is what mkdir(2) says, not what was there a moment
+  // before: two processes starting on one new folder both saw none, and the one that loses
+  // the lock must not remove the folder the other is now training in.
+  if (out.has_parent_path()) fs::create_directories(out.parent_path(), ec);
+  bool created_dir = ::mkdir(out.c_str(), 0777) == 0;
+  const int mkdir_error = created_dir ? 0 : errno;
+  if ((!created_dir && mkdir_error != EEXIST) || !fs::is_directory(out, ec))
+    throw std::runtime_error("cannot create run folder '" + out.string() +
+                             "': " + std::strerror(mkdir_error ? mkdir_error : ENOTDIR));
+  // Without the lock nothing here is this process's to clean up (the folder, even if made
+  // here, may already hold another process's run).
+  std::shared_ptr<util::FolderLock> lock =
+      options.lock ? options.lock : std::make_shared<util::FolderLock>(out.string(), "run folder");
   const auto existing = util::run_files_in(out.string());
   // A run that never wrote a checkpoint (killed before its first one) has nothing to resume
   // or lose: a new run replaces its files the way --overwrite does.
