@@ -52,6 +52,10 @@ int run_generate(const GenerateFlags& f, char** argv) {
     started = true;
     write_stdout(t);
   };
+  const std::string note = generate::prompt_note(
+      run.model, static_cast<int64_t>(run.tokenizer.encode(f.prompt).size()),
+      run.tokenizer.is_bytes() ? "bytes" : "tokens");
+  if (!note.empty()) fmt::print(stderr, "seqmix generate: note: {}\n", note);
   generate::GenerationStats stats;
   try {
     generate::generate_text(run.model, run.tokenizer, f.prompt, f.max_new, o,

@@ -19,6 +19,7 @@ import collections.abc
 import json
 import os
 import tomllib
+import warnings
 
 import torch
 
@@ -189,6 +190,10 @@ class Model(CppModule):
         try:
             args = (max_new_tokens, float(temperature), top_k, float(top_p), seed)
             if isinstance(prompt, str):
+                note = _C.prompt_note(self._cpp, len(self.tokenizer.encode(prompt)),
+                                      "bytes" if self.tokenizer.is_bytes else "tokens")
+                if note:
+                    warnings.warn(note, stacklevel=2)
                 with autocast:
                     out = _C.generate_text(self._cpp, self.tokenizer, prompt, *args)
                 return out.decode("utf-8", errors="replace")
@@ -197,6 +202,10 @@ class Model(CppModule):
                     raise ValueError("prompt: expected a 1-D integer tensor of token ids, got "
                                      f"shape {list(prompt.shape)} dtype {prompt.dtype}")
                 prompt = prompt.tolist()
+            if isinstance(prompt, (list, tuple)):
+                note = _C.prompt_note(self._cpp, len(prompt), "tokens")
+                if note:
+                    warnings.warn(note, stacklevel=2)
             if not isinstance(prompt, (list, tuple)) or not all(
                     isinstance(t, int) and not isinstance(t, bool) for t in prompt):
                 raise TypeError("prompt: expected a str or a list of token ids")

@@ -222,6 +222,13 @@ void bind_runs(py::module_& m) {
       py::arg("model"), py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
       py::arg("top_k"), py::arg("top_p"), py::arg("seed"));
   m.def(
+      "prompt_note",
+      [](const ModulePtr& module, int64_t prompt_tokens, const std::string& unit) {
+        models::SequenceModel model = model_of(module);
+        return generate::prompt_note(model, prompt_tokens, unit);
+      },
+      py::arg("model"), py::arg("prompt_tokens"), py::arg("unit"));
+  m.def(
       "generate_text",
       [](const ModulePtr& module, const data::Tokenizer& tokenizer, const std::string& prompt,
          int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,

@@ -35,7 +35,9 @@ struct Plugin {
 const Plugin& plugin() {
   static const Plugin p = [] {
     // Where the plugin is looked for, first found wins:
-    //  1. $SEQMIX_SENTENCEPIECE_PLUGIN, a path: the override for any other layout;
+    //  1. $SEQMIX_SENTENCEPIECE_PLUGIN, a path: the override for any other layout, and then
+    //     the only place looked (a path that does not load is an error naming it, never a
+    //     silent fall back to another copy);
     //  2. next to the executable (the build tree's CLI, or a program shipped with the plugin);
     //  3. the bare file name, i.e. the dynamic loader's search from the program: its RUNPATH,
     //     which an installed seqmix sets to <prefix>/<libdir>/seqmix for every program linked
@@ -46,12 +48,20 @@ const Plugin& plugin() {
     // plugin from a build tree that was rebuilt since.
     const std::string file_name = "libseqmix_sentencepiece.so";
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("SEQMIX_SENTENCEPIECE_PLUGIN")) candidates.push_back(env);
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) candidates.push_back((exe.parent_path() / file_name).string());
-    candidates.push_back(file_name);
-    candidates.push_back(SEQMIX_SENTENCEPIECE_PLUGIN_PATH);
+    const char* env = std::getenv("SEQMIX_SENTENCEPIECE_PLUGIN");
+    if (env) {
+      if (!*env || std::string(env) == file_name)
+        throw std::runtime_error("SEQMIX_SENTENCEPIECE_PLUGIN is set to '" + std::string(env) +
+                                 "'; expected the path of libseqmix_sentencepiece.so (or unset "
+                                 "it to use the installed one)");
+      candidates.push_back(env);
+    } else {
+      std::error_code ec;
+      const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+      if (!ec) candidates.push_back((exe.parent_path() / file_name).string());
+      candidates.push_back(file_name);
+      candidates.push_back(SEQMIX_SENTENCEPIECE_PLUGIN_PATH);
+    }
     std::string tried;
     void* handle = nullptr;
     for (const auto& c : candidates) {
@@ -70,6 +80,10 @@ const Plugin& plugin() {
       if (handle) break;
       tried += "\n  " + c + ": " + dlerror();
     }
+    if (!handle && env)
+      throw std::runtime_error("SEQMIX_SENTENCEPIECE_PLUGIN: cannot load '" + std::string(env) +
+                               "':" + tried.substr(tried.find(':') + 1) +
+                               " (give the path of libseqmix_sentencepiece.so, or unset it)");
     if (!handle)
       throw std::runtime_error("SentencePiece support is not available: cannot load "
                                "libseqmix_sentencepiece.so (build it with scripts/build.sh, "

@@ -156,6 +156,15 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   return out;
 }
 
+std::string prompt_note(models::SequenceModel& model, int64_t prompt_tokens,
+                        const std::string& unit) {
+  const int64_t max_len = model->config().max_len;
+  if (prompt_tokens <= max_len) return "";
+  return fmt::format("the prompt is {} {}, longer than the model's max_len ({}): the model "
+                     "sees its last {} only",
+                     prompt_tokens, unit, max_len, max_len);
+}
+
 std::string generate_text(models::SequenceModel& model, const data::Tokenizer& tokenizer,
                           const std::string& prompt, int64_t max_new_tokens,
                           const SamplingOptions& options, uint64_t seed,

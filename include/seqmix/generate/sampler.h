@@ -88,6 +88,12 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
                                uint64_t seed, const std::function<void(int32_t)>& on_token = {},
                                GenerationStats* stats = nullptr);
 
+/// What a user should know before a prompt of `prompt_tokens` tokens goes into `model`: ""
+/// when it fits, else a note that the model sees only its last max_len tokens (positions
+/// end at max_len). The CLI prints it; Python warns with it.
+std::string prompt_note(models::SequenceModel& model, int64_t prompt_tokens,
+                        const std::string& unit);
+
 /// Text in, text out: encodes `prompt` (a newline if empty) with `tokenizer`, generates
 /// `max_new_tokens` tokens and decodes them. `on_text` (optional) receives the text as it
 /// grows, each call the next piece (a UTF-8 character split over byte pieces is passed on
