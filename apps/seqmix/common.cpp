@@ -26,6 +26,7 @@
 #include "seqmix/train/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/paths.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::cli {
@@ -244,10 +245,16 @@ int run_reporting_errors(const std::function<int()>& body) {
                            "or the model size\n", what.substr(0, what.find('\n')).c_str());
       return 1;
     }
-    std::fprintf(stderr, "seqmix: error: %s\n", what.substr(0, what.find('\n')).c_str());
+    std::fprintf(stderr, "seqmix: error: %s\n",
+                 util::message_text(what.substr(0, what.find('\n'))).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "seqmix: error: %s\n", e.what());
+    // A LibTorch error wrapped into another exception keeps its C++ backtrace in what():
+    // the user gets the message alone.
+    std::string what = e.what();
+    if (const auto trace = what.find("\nException raised from "); trace != std::string::npos)
+      what.resize(trace);
+    std::fprintf(stderr, "seqmix: error: %s\n", util::message_text(what).c_str());
     return 1;
   }
 }

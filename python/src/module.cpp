@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/paths.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
@@ -14,6 +15,11 @@ PYBIND11_MODULE(_C, m) {
   // it applies to this module's functions only (pybind11's global list is shared with
   // torch._C and every other extension of the same pybind11 build).
   py::register_local_exception_translator([](std::exception_ptr p) {
+    // Every message as a terminal may show it (escape sequences from a crafted file's
+    // names written out, megabytes cut): util::message_text.
+    auto raise = [](PyObject* type, const std::string& what) {
+      PyErr_SetString(type, seqmix::util::message_text(what).c_str());
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const seqmix::train::Interrupted& e) {
@@ -21,13 +27,13 @@ PYBIND11_MODULE(_C, m) {
       // Ctrl-C, with the resume line.
       PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const c10::IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+      raise(PyExc_IndexError, e.what_without_backtrace());
     } catch (const c10::ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+      raise(PyExc_ValueError, e.what_without_backtrace());
     } catch (const c10::TypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+      raise(PyExc_TypeError, e.what_without_backtrace());
     } catch (const c10::Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+      raise(PyExc_RuntimeError, e.what_without_backtrace());
     } catch (const std::logic_error& e) {
       // std::invalid_argument and std::domain_error are users' bad values (pybind11 maps them
       // to ValueError too); other logic errors say what a call cannot do (an encoder asked to
@@ -35,9 +41,17 @@ PYBIND11_MODULE(_C, m) {
       if (dynamic_cast<const std::invalid_argument*>(&e) ||
           dynamic_cast<const std::domain_error*>(&e) ||
           dynamic_cast<const std::out_of_range*>(&e) || dynamic_cast<const std::length_error*>(&e))
-        PyErr_SetString(PyExc_ValueError, e.what());
+        raise(PyExc_ValueError, e.what());
       else
-        PyErr_SetString(PyExc_RuntimeError, e.what());
+        raise(PyExc_RuntimeError, e.what());
+    } catch (const py::builtin_exception& e) {
+      e.set_error();  // py::value_error and its kin, as pybind11 raises them
+    } catch (const std::runtime_error& e) {
+      // A LibTorch error wrapped into another exception keeps its C++ backtrace in what().
+      std::string what = e.what();
+      if (const auto trace = what.find("\nException raised from "); trace != std::string::npos)
+        what.resize(trace);
+      raise(PyExc_RuntimeError, what);
     }
   });
   seqmix::python::bind_ops(m);

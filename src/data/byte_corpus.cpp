@@ -242,6 +242,9 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     const std::string key = "data.source (--data)";
     std::error_code ec;
     const fs::file_status st = fs::status(p, ec);  // stat only: never opens a FIFO
+    // A path stat cannot see into (a folder without permission) exists, perhaps: say why.
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      throw std::runtime_error(key + ": cannot read '" + source + "': " + ec.message());
     if (!fs::exists(st))
       throw std::runtime_error(key + ": '" + source +
                                "' is neither a known corpus (sotu, moby-dick) nor an existing "

@@ -199,6 +199,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
   if (timeout < std::chrono::seconds(1))
     throw std::invalid_argument(fmt::format("distributed timeout: must be at least 1 s, got {} ms",
                                             timeout.count()));
+  // An address that does not resolve is said as such, before c10d tries it (and logs, and
+  // blames the port).
+  (void)local_address_towards(env.master_addr, env.master_port);
   std::shared_ptr<ProcessGroup> g(new ProcessGroup(env, timeout));
   const std::string where = fmt::format("{}:{}", env.master_addr, env.master_port);
   // The store: rank 0 serves it, every rank (rank 0 too) is a client of it.

@@ -72,7 +72,10 @@ at::Tensor sample_next(const at::Tensor& logits_in, const SamplingOptions& o,
   if (o.top_p < 1) {
     auto [sorted, idx] = probs.sort(-1, /*descending=*/true);
     // Drop a token when the tokens ranked above it already reach top_p (the first stays).
+    // The most likely token always stays: with a top_p below float's smallest value (1e-300
+    // is in (0, 1]) the comparison would otherwise drop every token.
     const at::Tensor drop = (sorted.cumsum(-1) - sorted) >= o.top_p;
+    drop.narrow(-1, 0, 1).fill_(false);
     sorted = sorted.masked_fill(drop, 0);
     probs = at::zeros_like(probs).scatter(-1, idx, sorted);
   }

@@ -179,8 +179,14 @@ std::string type_name(toml::node_type t) {
       return "an array";
     case toml::node_type::table:
       return "a table";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time of day";
+    case toml::node_type::date_time:
+      return "a date and time";
     default:
-      return "a value";
+      return "a value of another type";
   }
 }
 

@@ -489,11 +489,21 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
           "learning-rate schedule: the horizon stays at {} steps, so the run ends at step {} "
           "before the rate has decayed (set train.decay_steps={} to end the decay there)",
           horizon, config.train.max_steps, config.train.max_steps));
-    else if (config.train.max_steps > horizon && config.train.schedule != "constant")
+    else if (config.train.max_steps > horizon && config.train.schedule != "constant") {
+      // What the schedule itself gives past the horizon (a warm-up longer than the horizon
+      // is still rising there).
+      const double first = learning_rate(config.train, horizon);
+      const double last = learning_rate(config.train, config.train.max_steps - 1);
+      const std::string rates =
+          fmt::format("{:.3g}", first) == fmt::format("{:.3g}", last)
+              ? fmt::format("the rate stays at {:.3g} after it", first)
+              : fmt::format("the rate goes from {:.3g} to {:.3g} after it{}", first, last,
+                            config.train.warmup_steps > horizon ? " (still warming up)" : "");
       notes.push_back(fmt::format(
-          "learning-rate schedule: the horizon stays at {} steps, so the rate stays at "
-          "{:.3g} after it (set train.decay_steps={} to stretch the schedule instead)",
-          horizon, config.train.lr * config.train.min_lr_ratio, config.train.max_steps));
+          "learning-rate schedule: the horizon stays at {} steps, so {} (set "
+          "train.decay_steps={} to stretch the schedule instead)",
+          horizon, rates, config.train.max_steps));
+    }
   }
 
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
