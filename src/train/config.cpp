@@ -338,29 +338,34 @@ void upgrade_legacy_keys(toml::table& t, const std::string& origin) {
 constexpr size_t kMaxTomlBytes = size_t{1} << 20;
 constexpr int kMaxTomlDepth = 32;
 
+}  // namespace
+
 // Throws unless `text` is at most kMaxTomlBytes and nests at most kMaxTomlDepth levels.
-// The depth is an upper bound on toml++'s: outside strings and comments, every [ or { opens
-// a level, and every dot of a key (a.b.c = 1, [a.b.c]) adds one to the level it is in.
-// Dots of a float value (x = 1.5) count too, which can only overestimate by one.
-void check_toml_bounds(std::string_view text, const std::string& origin) {
+// The depth counted is an upper bound on the depth of the tree toml++ builds: outside
+// strings and comments, a key's segments (a.b.c = 1, [a.b.c]) each count one level below
+// the table they are in, and every [ or { opens one more below its key. Dots of a float
+// value (x = 1.5) count too, which can only overestimate.
+void check_toml_text(std::string_view text, const std::string& origin) {
   if (text.size() > kMaxTomlBytes)
     throw std::runtime_error(origin + ": " + std::to_string(text.size()) +
                              " bytes of TOML; a configuration is at most 1 MiB (" +
                              std::to_string(kMaxTomlBytes) + " bytes)");
-  std::vector<int> levels{0};  // the depth each open [ or { started at
-  int dots = 0;                // key dots since the last = , or line end
+  std::vector<int> levels{0};  // the depth of each open [ or { (the root table is 0)
+  int dots = 0;                // dots of the key being read
+  int value_depth = 0;         // after `key =`: the depth of the key's value, else 0
   int64_t line = 1;
-  auto too_deep = [&](int depth) {
-    return std::runtime_error(origin + ": TOML nested " + std::to_string(depth) +
-                              "+ levels deep at line " + std::to_string(line) +
-                              "; a configuration nests at most " +
-                              std::to_string(kMaxTomlDepth) + " (e.g. [model.aib] is 2)");
+  auto check = [&](int depth) {
+    if (depth > kMaxTomlDepth)
+      throw std::runtime_error(origin + ": TOML nested " + std::to_string(depth) +
+                               "+ levels deep at line " + std::to_string(line) +
+                               "; a configuration nests at most " +
+                               std::to_string(kMaxTomlDepth) + " (e.g. [model.aib] is 2)");
   };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
       ++line;
-      dots = 0;
+      dots = value_depth = 0;
     } else if (c == '#') {
       while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
     } else if (c == '"' || c == '\'') {
@@ -383,22 +388,28 @@ void check_toml_bounds(std::string_view text, const std::string& origin) {
       }
       i = j + (multi ? 2 : 0);
     } else if (c == '[' || c == '{') {
-      const int depth = levels.back() + dots + 1;
-      if (depth > kMaxTomlDepth) throw too_deep(depth);
+      const int depth = (value_depth > 0 ? value_depth : levels.back() + dots) + 1;
+      check(depth);
       levels.push_back(depth);
-      dots = 0;
+      dots = value_depth = 0;
     } else if (c == ']' || c == '}') {
       if (levels.size() > 1) levels.pop_back();  // unbalanced: toml++ reports it
+      dots = value_depth = 0;
     } else if (c == '.') {
-      if (levels.back() + ++dots + 1 > kMaxTomlDepth) throw too_deep(levels.back() + dots + 1);
-    } else if (c == '=' || c == ',') {
+      check(levels.back() + ++dots + 1);
+    } else if (c == '=') {
+      value_depth = levels.back() + dots + 1;
       dots = 0;
+    } else if (c == ',') {
+      dots = value_depth = 0;
     }
   }
 }
 
+namespace {
+
 toml::table parse_toml(const std::string& text, const std::string& origin) {
-  check_toml_bounds(text, origin);
+  check_toml_text(text, origin);
   try {
     return toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
@@ -972,7 +983,7 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
     toml::table v;
     try {
       const std::string line = "v = " + value;
-      check_toml_bounds(line, origin);
+      check_toml_text(line, origin);
       v = toml::parse(line);
     } catch (const toml::parse_error&) {
       // A number TOML cannot hold (1e400, 2^63 and more) is out of range, except that a float

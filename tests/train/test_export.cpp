@@ -106,8 +106,8 @@ TEST(Export, SaveRunAndExportGiveIdenticalLogits) {
                 .find("the checkpoint being exported"),
             std::string::npos);
   EXPECT_NE(error_of([&] { train::export_run(file, t.dir + "/x.pt", false); })
-                .find("checkpoint '" + file + "'"),
-            std::string::npos);  // an export is not a checkpoint
+                .find("'" + file + "' is a seqmix export, not a checkpoint"),
+            std::string::npos);  // an export is not a checkpoint, and the message says so
   EXPECT_NE(error_of([&] { train::save_run(run, t.model, t.config, data::Tokenizer::bytes(), 0, false); })
                 .find("already holds a run (checkpoint.pt, config.toml)"),
             std::string::npos);

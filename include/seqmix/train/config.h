@@ -16,6 +16,7 @@
 ///   auto c = seqmix::train::resolve_config("", {"model.preset=moss", "train.lr=1e-3"});
 ///   std::cout << c.to_toml();  // what --dump-config prints
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "seqmix/models/sequence_model.h"
@@ -147,6 +148,15 @@ struct RunConfig {
 /// "section.key" followed by its command-line flag where one exists, e.g. "train.lr (--lr)",
 /// "model.d_ff" (no flag): how error messages name a key.
 std::string describe_key(const std::string& key);
+
+/// The check every TOML text seqmix parses gets first (config files, overrides, the
+/// configuration inside a checkpoint or export, seqmix.build(config=...)): at most 1 MiB, and
+/// nested at most 32 levels, counting each [ or { and each dot of a key outside strings and
+/// comments (a real configuration nests 2). toml++ parses and frees nested values
+/// recursively, so a crafted 100 KB header 50,000 levels deep would overflow the stack.
+/// @throws std::runtime_error "<origin>: TOML nested 33+ levels deep at line 1; a
+///         configuration nests at most 32 ..." or "<origin>: N bytes of TOML; ... at most 1 MiB".
+void check_toml_text(std::string_view text, const std::string& origin);
 
 /// Resolves a run configuration (see file comment), then validate() and check_resources().
 /// @param config_path  TOML file or empty: a regular file (a FIFO or device is refused without

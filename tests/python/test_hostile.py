@@ -1,0 +1,220 @@
+"""Hostile input through the Python package, by class of fault: parsing bounds, gradients,
+hangs, non-finite weights, import round trips, races, messages. Each case once crashed the
+interpreter, hung, or gave a silently wrong result (tests/cli/test_hostile.cpp holds the
+command line's cases)."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+
+import seqmix
+import seqmix.ops as O
+
+from conftest import cli
+
+
+# --- parsing bounds -------------------------------------------------------------------------
+
+def test_deep_toml_config_raises_instead_of_killing_the_interpreter(tmp_path):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[" + "a." * 50000 + "a]\n")
+    with pytest.raises((ValueError, RuntimeError), match="nests at most 32"):
+        seqmix.build(config=deep)
+    nested = ["aib"]
+    for _ in range(200):
+        nested = [nested]
+    with pytest.raises((ValueError, RuntimeError), match="nests at most 32"):
+        seqmix.build("weird-net", "tiny", **{"model.mixers": nested})
+
+
+# --- gradients -------------------------------------------------------------------------------
+
+def _aib_inputs(direction):
+    torch.manual_seed(0)
+    B, L, D = 2, 5, 4
+    a = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
+    w = (0.1 * torch.randn(O.aib_num_levels(L), D, dtype=torch.float64)).requires_grad_()
+    return a, v, w
+
+
+@pytest.mark.parametrize("direction", ["causal", "bidirectional"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_kernels_have_second_derivatives(direction, masked):
+    # Under create_graph=True a kernel's gradient must itself be differentiable: it once came
+    # back as a constant, so gradient penalties and Hessian-vector products got 0, silently.
+    mask = None
+    if masked:
+        mask = torch.ones(2, 5, dtype=torch.bool)
+        mask[1, 3:] = False
+    a, v, w = _aib_inputs(direction)
+    f = lambda a, v, w: O.aib_scan(a, v, w, mask, direction=direction)
+    assert gradcheck(f, (a, v, w)) and gradgradcheck(f, (a, v, w))
+    q, k, vv = (torch.randn(2, 2, 5, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    f = lambda q, k, v: O.attention(q, k, v, mask, direction=direction)
+    assert gradgradcheck(f, (q, k, vv))
+    H = 3
+    ll = torch.randn(2 * H if direction == "bidirectional" else H, 2, dtype=torch.float64,
+                     requires_grad=True)
+    la = torch.full_like(ll, -2.0).requires_grad_()
+    lb = (0.2 * torch.randn_like(ll)).requires_grad_()
+    x = torch.randn(2, 5, H, dtype=torch.float64, requires_grad=True)
+    f = lambda x, ll, la, lb: O.ces_scan(x, O.ces_coefficients(ll, la, lb), mask,
+                                         direction=direction)
+    assert gradgradcheck(f, (x, ll, la, lb))
+    # The Hessian-vector product of the kernel equals the reference's.
+    a, v, w = _aib_inputs(direction)
+    hvp = []
+    for impl in ("kernel", "reference"):
+        out = O.aib_scan(a, v, w, mask, direction=direction, impl=impl)
+        (ga,) = torch.autograd.grad(out.square().sum(), a, create_graph=True)
+        (h,) = torch.autograd.grad(ga.sum(), a)
+        hvp.append(h)
+    assert hvp[0].abs().sum() > 0
+    torch.testing.assert_close(hvp[0], hvp[1])
+
+
+@pytest.mark.parametrize("direction", ["causal", "bidirectional"])
+def test_attention_nan_query_gives_nan_as_the_reference(direction):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 6, 4, dtype=torch.float64) for _ in range(3))
+    q[0, 1, 2, 3] = float("nan")
+    q[0, 0, 4, 0] = float("inf")
+    for mask in (None, torch.tensor([[True, True, False, True, True, True]])):
+        ref = O.attention(q, k, v, mask, direction=direction, impl="reference")
+        ker = O.attention(q, k, v, mask, direction=direction, impl="kernel")
+        assert torch.equal(ref.isnan(), ker.isnan())
+        assert ker.isnan().any()
+        torch.testing.assert_close(ker.nan_to_num(), ref.nan_to_num())
+
+
+# --- hangs -----------------------------------------------------------------------------------
+
+def test_generate_is_capped_and_ctrl_c_stops_it():
+    m = seqmix.build("weird-net", "tiny", max_len=16, seed=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        m.generate("a", 10 ** 12)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.generate("a", 10 ** 8)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 30
+
+
+def test_load_of_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # In a child: a regression would block forever, which the timeout turns into a failure.
+    code = f"import seqmix\ntry:\n    seqmix.load({str(fifo)!r})\nexcept ValueError as e:\n" \
+           "    print('refused:', e)\n"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ))
+    assert "refused:" in p.stdout and "FIFO" in p.stdout, p.stdout + p.stderr
+
+
+# --- non-finite weights and the import round trip -------------------------------------------
+
+def test_float64_values_beyond_float32_are_refused_by_the_one_loader(cli_run, tmp_path):
+    model = seqmix.load(cli_run)
+    cfg = model.config["model"]
+    sd = {k: v.double() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    sd["blocks.0.mixer.w"][0, 0] = 1e300  # finite in float64, inf in float32
+    f = tmp_path / "big.pt"
+    torch.save(sd, f)
+    with pytest.raises(ValueError, match=r"blocks\.0\.mixer\.w.*beyond the range"):
+        seqmix.load(f, preset="weird-net", size="tiny", max_len=cfg["max_len"])
+    code, out, err = cli("import", f, "--out", tmp_path / "imp", "--size", "tiny",
+                         "--max-len", cfg["max_len"], check=False)
+    assert code == 1 and "big.pt" in err and "beyond the range" in err, err
+    assert not (tmp_path / "imp").exists()
+
+
+def test_a_file_pytorch_writes_for_an_export_imports(cli_run, tmp_path):
+    cli("export", cli_run, "--out", tmp_path / "e.pt")
+    # Python's pickler writes SETITEM / APPEND for one-entry dicts and lists, and PyTorch 2.x
+    # adds .format_version and .storage_alignment records.
+    torch.save(torch.load(tmp_path / "e.pt"), tmp_path / "again.pt")
+    cli("import", tmp_path / "again.pt", "--out", tmp_path / "imp")
+    args = ("--max-new-tokens", 20, "--seed", 4)
+    assert cli("generate", tmp_path / "imp", *args)[1] == cli("generate", cli_run, *args)[1]
+
+
+def test_names_from_a_crafted_file_are_escaped_and_cut(cli_run, tmp_path):
+    model = seqmix.load(cli_run)
+    sd = dict(model.state_dict())
+    sd["\x1b[31mred\x07" + "x" * 100000] = torch.zeros(1)
+    f = tmp_path / "crafted.pt"
+    torch.save(sd, f)
+    code, out, err = cli("import", f, "--out", tmp_path / "imp", "--size", "tiny",
+                         "--max-len", model.config["model"]["max_len"], check=False)
+    assert code == 1 and "\x1b" not in err and "\\x1b[31mred\\x07" in err, err[:300]
+    assert len(err) < 5000
+    with pytest.raises(RuntimeError) as e:
+        seqmix.load(f, preset="weird-net", size="tiny", max_len=model.config["model"]["max_len"])
+    assert "\x1b" not in str(e.value) and len(str(e.value)) < 5000
+
+
+# --- races and resume ------------------------------------------------------------------------
+
+def test_two_trainers_on_one_new_folder_one_wins_and_keeps_its_run(corpus, tmp_path):
+    for trial in range(4):
+        out = tmp_path / f"run{trial}"
+        results = []
+
+        def go():
+            try:
+                seqmix.train(out, "weird-net", "tiny", **{
+                    "data.source": str(corpus), "train.max_steps": 2, "model.max_len": 32,
+                    "train.batch_size": 2, "train.threads": 1})
+                results.append("ok")
+            except (RuntimeError, ValueError) as e:
+                results.append(str(e))
+
+        threads = [threading.Thread(target=go) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results.count("ok") == 1, results
+        assert (out / "checkpoint.pt").is_file(), results
+
+
+def test_resume_on_changed_data_needs_allow_data_change(tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 300)
+    kw = {"data.source": str(text), "model.max_len": 32, "train.batch_size": 2,
+          "train.threads": 1}
+    seqmix.train(tmp_path / "r", "weird-net", "tiny", **kw, **{"train.max_steps": 2})
+    with text.open("a") as f:
+        f.write("more text\n")
+    with pytest.raises(RuntimeError, match="the data differs"):
+        seqmix.train(tmp_path / "r", resume=True, **{"train.max_steps": 3})
+    with pytest.raises(ValueError, match="allow_data_change"):
+        seqmix.train(tmp_path / "r2", "weird-net", "tiny", allow_data_change=True, **kw)
+    r = seqmix.train(tmp_path / "r", resume=True, allow_data_change=True,
+                     **{"train.max_steps": 3})
+    assert r["steps"] == 3
+
+
+# --- messages --------------------------------------------------------------------------------
+
+def test_a_prompt_longer_than_max_len_warns():
+    m = seqmix.build("weird-net", "tiny", max_len=16, seed=0)
+    with pytest.warns(UserWarning, match="longer than the model's max_len"):
+        m.generate("a" * 40, 2)
+    with pytest.warns(UserWarning, match="longer than the model's max_len"):
+        m.generate([1] * 40, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.generate("abc", 2)
