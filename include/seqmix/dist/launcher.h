@@ -26,8 +26,9 @@ struct LaunchOptions {
   std::string master_addr;  ///< empty: 127.0.0.1 (one machine only)
   int master_port = 0;      ///< 0: a free port (one machine only)
   std::chrono::milliseconds timeout{60000};
-  /// Checks the combination: nproc_per_node in [1, max_workers_per_node()], nnodes in [1, 1024], node_rank in
-  /// [0, nnodes), port in [0, 65535]; several machines need master_addr and master_port.
+  /// Checks the combination: nproc_per_node in [1, max_workers_per_node()], nnodes in
+  /// [1, 1024], node_rank in [0, nnodes), port in [0, 65535]; several machines need
+  /// master_addr and master_port.
   /// @throws std::invalid_argument naming the flag (--nproc-per-node, --nnodes, ...).
   void validate() const;
 };

@@ -93,7 +93,9 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// A position with no valid input in its window outputs 0 with zero gradient.
 /// Cost: forward O(B L D log L) arithmetic on one pass of memory traffic (read A, V; write
 /// O); backward recomputes the forward levels per channel block, so saved memory is
-/// O(B L D) (A, V), plus O(L log L) scratch per thread.
+/// O(B L D) (A, V), plus O(L log L) scratch per thread. Under create_graph=True (second
+/// derivatives: gradient penalties, Hessian-vector products) backward differentiates
+/// aib_scan_reference at the saved inputs instead, so its gradients carry a graph.
 /// Non-contiguous inputs are copied to contiguous ones first.
 at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                           const at::Tensor& mask, Direction direction, AIBWeights weights);

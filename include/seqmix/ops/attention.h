@@ -38,8 +38,10 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 /// computed, masked, softmaxed and multiplied by V while in cache; only O and the per-row
 /// log-sum-exp [B, H, L] are stored. Backward (a torch::autograd::Function) recomputes the
 /// probabilities from the log-sum-exp. O(B H L d_head) memory instead of O(B H L^2).
-/// No dropout on the probabilities (the layer falls back to the reference for that); first-
-/// order gradients only (double backward throws c10::Error).
+/// No dropout on the probabilities (the layer falls back to the reference for that). Under
+/// create_graph=True (second derivatives) backward differentiates attention_reference at the
+/// saved inputs instead, so gradients of gradients are exact (O(L^2) memory there). A query
+/// with a non-finite entry gives NaN in its row, as the reference does.
 /// bfloat16 q, k, v on a CPU with AVX-512 BF16: the score products Q K^T and dO V^T run as
 /// bfloat16 dot products (vdpbf16ps), which multiply exactly and sum in float32, so the
 /// result is still a float32 computation rounded once (only the order of the sums

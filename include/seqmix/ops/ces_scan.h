@@ -61,7 +61,9 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 /// over channels (rows read contiguously), O(B H L). Backward (hand-written, a
 /// torch::autograd::Function): dL/dx by the transposed recurrence run in reverse,
 /// dL/dmu and dL/dc by one forward pass that carries s_t and ds_t/dmu (no stored states;
-/// parameter gradients summed in float64). Same contract as ces_scan_reference.
+/// parameter gradients summed in float64); under create_graph=True it differentiates
+/// ces_scan_reference instead, so second derivatives are exact. Same contract as
+/// ces_scan_reference.
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                            Direction direction);
 
