@@ -153,7 +153,11 @@ bool assign(S& s, const std::vector<util::Field<S>>& fields, const std::string& 
 }  // namespace
 
 void apply_model_fields(ModelConfig& c, const std::vector<FieldAssignment>& assignments) {
-  for (const auto& [key, value] : assignments) {
+  for (const auto& assignment : assignments) {
+    // Not a structured binding: the lambda below captures the value, which C++17 (and
+    // clang, which scripts/fuzz.sh builds with) allows only for variables.
+    const std::string& key = assignment.first;
+    const auto& value = assignment.second;
     const auto dot = key.find('.');
     const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
     const std::string name = dot == std::string::npos ? key : key.substr(dot + 1);
