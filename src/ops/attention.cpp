@@ -96,10 +96,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         });
       });
     }
-    // NaN in, NaN out, as the reference: a query with a non-finite entry has no finite score,
-    // which the kernel's running maximum takes for "no key" (a row of 0).
+    // NaN in, NaN out, as the reference: a row whose scores are not finite (a non-finite
+    // query, or finite q and k whose product overflows) has no log-sum-exp, and the kernel's
+    // running maximum would take it for a row without keys (a row of 0).
     if (q.numel() > 0) {
-      const at::Tensor bad = at::isfinite(q).logical_not().any(-1);  // [B, H, L]
+      const at::Tensor bad = at::isfinite(lse).logical_not();  // [B, H, L]
       if (bad.any().item<bool>()) {
         at::Tensor rows = bad;
         if (key_mask.dim() == 2) {  // only rows that see a key: the others are 0 there too

@@ -95,6 +95,28 @@ def test_attention_nan_query_gives_nan_as_the_reference(direction):
         torch.testing.assert_close(ker.nan_to_num(), ref.nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_aib_kernel_is_exact_beyond_its_exponent_range(dtype):
+    # |A| past the kernel's 2^20 exponent clamp once gave an equal-weight average (0.5 here
+    # instead of exp(-100)); such inputs now take the reference, and NaN stays NaN.
+    a = torch.tensor([[[1e6 - 100.0], [1e6]]], dtype=dtype)
+    v = torch.tensor([[[1.0], [0.0]]], dtype=dtype)
+    w = torch.zeros(1, 1, dtype=dtype)
+    out = O.aib_scan(a, v, w)
+    torch.testing.assert_close(out, O.aib_scan(a, v, w, impl="reference"))
+    assert out[0, 1, 0] < 1e-40
+    a[0, 0, 0] = float("nan")
+    assert O.aib_scan(a, v, w).isnan().any()
+
+
+def test_attention_scores_that_overflow_give_nan_as_the_reference():
+    torch.manual_seed(0)
+    q, k = (torch.randn(1, 1, 8, 4) * 1e20 for _ in range(2))
+    v = torch.randn(1, 1, 8, 4)
+    ref = O.attention(q, k, v, impl="reference")
+    assert torch.equal(O.attention(q, k, v).isnan(), ref.isnan()) and ref.isnan().any()
+
+
 # --- hangs -----------------------------------------------------------------------------------
 
 def test_generate_is_capped_and_ctrl_c_stops_it():
