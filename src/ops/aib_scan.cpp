@@ -113,8 +113,11 @@ Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mas
     a_m = a.masked_fill(p.valid.logical_not(), -std::numeric_limits<double>::infinity());
     v_m = v.masked_fill(p.valid.logical_not(), 0);
   }
-  // Any per-(batch, channel) constant cancels in H / U; the maximum keeps exp <= 1.
-  at::Tensor m = std::get<0>(a_m.max(1, /*keepdim=*/true)).detach();
+  // Any per-(batch, channel) constant cancels in H / U; the maximum keeps exp <= 1. A NaN
+  // in A is left out of the maximum, so that it spoils only the windows that hold it.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  at::Tensor m =
+      std::get<0>(at::nan_to_num(a_m, -kInf, kInf, -kInf).max(1, /*keepdim=*/true)).detach();
   m = at::where(at::isfinite(m), m, at::zeros_like(m));
   p.e = at::exp(a_m - m);
   p.ev = p.e * v_m;
@@ -123,9 +126,9 @@ Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mas
 
 at::Tensor finish(const at::Tensor& h, const at::Tensor& u, const at::Tensor& valid) {
   // Where U == 0 nothing valid is in the window: output 0, and keep the division away from
-  // 0/0 so that no NaN reaches the gradient either.
-  at::Tensor nonzero = u > 0;
-  at::Tensor o = at::where(nonzero, h / at::where(nonzero, u, at::ones_like(u)), at::zeros_like(h));
+  // 0/0 so that no NaN reaches the gradient either. A NaN in A or V (U or H NaN) stays NaN.
+  at::Tensor empty = u == 0;
+  at::Tensor o = at::where(empty, at::zeros_like(h), h / at::where(empty, at::ones_like(u), u));
   if (valid.defined()) o = o.masked_fill(valid.logical_not(), 0);
   return o;
 }
