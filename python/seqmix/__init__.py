@@ -182,7 +182,7 @@ class Model(CppModule):
         _int("max_new_tokens", max_new_tokens, 0, _C.MAX_NEW_TOKENS)
         _int("seed", seed, 0, 2 ** 64 - 1)
         _int("top_k", top_k)
-        _float("temperature", temperature, 0.0, float("inf"))
+        _float("temperature", temperature, 0.0, 1.7976931348623157e308)  # finite
         _float("top_p", top_p, 0.0, 1.0, low_open=True)
         autocast = _autocast(self.precision if precision is None else precision)
         was_training = self.training

@@ -137,6 +137,9 @@ def ces_coefficients(log_lambda, log_alpha, log_beta, *, max_lambda=0.9999, norm
         _tensor(name, t)
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
+    if not isinstance(max_lambda, (int, float)) or isinstance(max_lambda, bool):
+        raise TypeError(f"max_lambda: expected a number in (0, 1], got "
+                        f"{type(max_lambda).__name__}")
     return CESCoefficients(*_C.ces_coefficients(log_lambda, log_alpha, log_beta,
                                                 float(max_lambda), normalize))
 

@@ -105,16 +105,18 @@ void bind_runs(py::module_& m) {
          bool overwrite, double dist_timeout_s, bool allow_data_change) {
         if (!(dist_timeout_s >= 1 && dist_timeout_s <= 86400))
           throw std::invalid_argument("dist_timeout: must be a number of seconds in [1, 86400]");
-        struct sigaction old_int {}, old_term {};
+        struct sigaction old_int {}, old_term {}, old_hup {};
         sigaction(SIGINT, nullptr, &old_int);
         sigaction(SIGTERM, nullptr, &old_term);
+        sigaction(SIGHUP, nullptr, &old_hup);
         struct Restore {
-          struct sigaction *i, *t;
+          struct sigaction *i, *t, *h;
           ~Restore() {
             sigaction(SIGINT, i, nullptr);
             sigaction(SIGTERM, t, nullptr);
+            sigaction(SIGHUP, h, nullptr);
           }
-        } restore{&old_int, &old_term};
+        } restore{&old_int, &old_term, &old_hup};
         py::gil_scoped_release release;
         std::shared_ptr<dist::ProcessGroup> group;
         const dist::LaunchEnv env = dist::LaunchEnv::from_environment();

@@ -117,9 +117,12 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {}, old_chld {}, dfl {};
+  struct sigaction old_int {}, old_term {}, old_hup {}, old_chld {}, dfl {};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  // A hangup (closed terminal) reaches the launcher alone: forwarded too, unless ignored.
+  sigaction(SIGHUP, nullptr, &old_hup);
+  if (old_hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
   // waitpid needs SIGCHLD's default action (an inherited SIG_IGN reaps children unseen).
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
@@ -127,6 +130,7 @@ int launch_workers(const LaunchOptions& o, const std::vector<std::string>& argv)
   auto restore = [&] {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
     sigaction(SIGCHLD, &old_chld, nullptr);
   };
   // Each worker in its own process group: a terminal's Ctrl-C reaches the launcher alone,

@@ -181,11 +181,15 @@ void check_out_file(const std::string& out_file, bool overwrite, const std::stri
                              "' is the checkpoint being exported; give another file");
   const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
   const std::string base = out.filename().string();
-  if ((base == "checkpoint.pt" || base == "config.toml" || base == "metrics.jsonl" ||
-       base == "tokenizer.model") &&
-      !util::run_files_in(dir.string()).empty())
-    throw std::runtime_error("export: '" + out_file + "' is a run folder's " + base +
-                             "; give a file outside the run's own files");
+  // A run folder belongs to its run (README): only `train` writes into one.
+  if (!util::run_files_in(dir.string()).empty())
+    throw std::runtime_error(
+        "export: '" + out_file + "' is " +
+        (base == "checkpoint.pt" || base == "config.toml" || base == "metrics.jsonl" ||
+                 base == "tokenizer.model"
+             ? "a run folder's " + base
+             : "in a training run's folder") +
+        "; give a file outside the run's folder");
   if (!overwrite && fs::exists(out, ec))
     throw std::runtime_error("export: '" + out_file + "' exists; give --overwrite to replace it");
 }

@@ -9,6 +9,8 @@ namespace seqmix::util {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+// Whether SIGHUP is ours: not when it was ignored at start (nohup), which stays so.
+volatile std::sig_atomic_t g_hup_handled = 0;
 // Seconds (CLOCK_MONOTONIC) of the first signal, and how long a repeat is ignored.
 volatile double g_first_at = 0, g_grace_s = 0;
 
@@ -41,6 +43,7 @@ extern "C" void on_stop_signal(int sig) {
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGINT, &dfl, nullptr);
   sigaction(SIGTERM, &dfl, nullptr);
+  if (g_hup_handled) sigaction(SIGHUP, &dfl, nullptr);
 }
 
 void install(int sig) {
@@ -59,6 +62,14 @@ void install(int sig) {
 void install_stop_signals() {
   install(SIGINT);
   install(SIGTERM);
+  // A closed terminal or a dropped SSH session (SIGHUP) stops a run as SIGTERM does, with a
+  // checkpoint, unless the program was started to ignore it (nohup).
+  struct sigaction old;
+  std::memset(&old, 0, sizeof old);
+  if (g_hup_handled || (sigaction(SIGHUP, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)) {
+    g_hup_handled = 1;
+    install(SIGHUP);
+  }
 }
 
 void install_stop_signals(double repeat_grace_s) {
@@ -79,6 +90,8 @@ const char* signal_name(int sig) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return "a signal";
   }

@@ -4,6 +4,7 @@
 // have, or said something wrong; the launcher's cases live in tests/dist, the gradients' and
 // the Python package's in tests/python/test_hostile.py.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -252,6 +253,23 @@ TEST(DataFingerprint, ResumeOnChangedDataIsRefusedNamingTheChange) {
   r = run_cli("train --out " + dir + "/other --data " + dir + "/c.txt --allow-data-change");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--resume only")) << r.output;
+}
+
+// ---------------------------------------------------------------------------------------
+// Signals: a hangup (a closed terminal, a dropped SSH session) loses no work.
+
+TEST(Signals, HangupCheckpointsAsSigtermDoes) {
+  const std::string dir = temp_dir("hostile-hup");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  const std::string out = dir + "/run";
+  const auto r = sh("SEQMIX train --data " + corpus + " --size tiny --max-len 32 --batch-size 4 "
+                    "--max-steps 1000000 --threads 1 --set train.log_interval=1 --out " + out +
+                    " & pid=$!; n=0; until grep -q '\"train\"' " + out +
+                    "/metrics.jsonl 2>/dev/null || [ $n -gt 600 ]; do sleep 0.1; n=$((n+1)); "
+                    "done; kill -HUP $pid; wait $pid");
+  EXPECT_EQ(r.code, 128 + SIGHUP) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted by SIGHUP")) << r.output;
+  EXPECT_TRUE(fs::exists(out + "/checkpoint.pt"));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -74,7 +75,9 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps = 0;            ///< optimizer steps done in total
-  double final_train_loss = 0;  ///< mean training loss over the last log interval, nats
+  /// Mean training loss over the last log interval, nats; NaN (null in JSON) when no step was
+  /// trained (--max-steps 0: a checkpoint of the initial model).
+  double final_train_loss = std::numeric_limits<double>::quiet_NaN();
   double eval_bpc = 0;          ///< held-out bits per character of the final evaluation
   double eval_loss = 0;         ///< held-out nats per token
   double eval_perplexity = 0;   ///< exp(eval_loss)

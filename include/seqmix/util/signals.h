@@ -5,8 +5,9 @@
 /// point; a second signal ends the process at once (the signal's default action).
 namespace seqmix::util {
 
-/// Installs the handlers for SIGINT and SIGTERM: the first one records the signal and
-/// restores the default action, so a second one terminates the process. Programs (the CLI)
+/// Installs the handlers for SIGINT, SIGTERM and SIGHUP (unless SIGHUP is ignored, as under
+/// nohup): the first one records the signal and restores the default actions, so a second
+/// one terminates the process. Programs (the CLI)
 /// call this; the library only polls stop_signal(). Idempotent.
 void install_stop_signals();
 
