@@ -180,7 +180,7 @@ class Model(CppModule):
             U+FFFD), else the list of new token ids.
         """
         _int("max_new_tokens", max_new_tokens, 0, _C.MAX_NEW_TOKENS)
-        _int("seed", seed, 0, 2 ** 64 - 1)
+        _int("seed", seed, 0, 2 ** 63 - 1)  # as the CLI's --seed (a 64-bit integer)
         _int("top_k", top_k)
         _float("temperature", temperature, 0.0, 1.7976931348623157e308)  # finite
         _float("top_p", top_p, 0.0, 1.0, low_open=True)
@@ -202,13 +202,17 @@ class Model(CppModule):
                     raise ValueError("prompt: expected a 1-D integer tensor of token ids, got "
                                      f"shape {list(prompt.shape)} dtype {prompt.dtype}")
                 prompt = prompt.tolist()
-            if isinstance(prompt, (list, tuple)):
-                note = _C.prompt_note(self._cpp, len(prompt), "tokens")
-                if note:
-                    warnings.warn(note, stacklevel=2)
             if not isinstance(prompt, (list, tuple)) or not all(
                     isinstance(t, int) and not isinstance(t, bool) for t in prompt):
                 raise TypeError("prompt: expected a str or a list of token ids")
+            vocab = self.config["model"]["vocab_size"]
+            for t in prompt:
+                if not 0 <= t < vocab:
+                    raise ValueError(f"prompt: token id {t} is outside the model's vocabulary "
+                                     f"[0, {vocab})")
+            note = _C.prompt_note(self._cpp, len(prompt), "tokens")
+            if note:
+                warnings.warn(note, stacklevel=2)
             with autocast:
                 return _C.generate_tokens(self._cpp, list(prompt), *args)
         finally:

@@ -245,10 +245,18 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     // A path stat cannot see into (a folder without permission) exists, perhaps: say why.
     if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
       throw std::runtime_error(key + ": cannot read '" + source + "': " + ec.message());
-    if (!fs::exists(st))
+    if (!fs::exists(st)) {
+      // A run trained with a relative path, evaluated or resumed from another folder.
+      std::string where;
+      if (p.is_relative()) {
+        std::error_code cwd_ec;
+        const fs::path cwd = fs::current_path(cwd_ec);
+        if (!cwd_ec) where = " (a relative path, looked for from '" + cwd.string() + "')";
+      }
       throw std::runtime_error(key + ": '" + source +
                                "' is neither a known corpus (sotu, moby-dick) nor an existing "
-                               "file or folder");
+                               "file or folder" + where);
+    }
     if (!fs::is_directory(st) && !fs::is_regular_file(st))
       throw std::runtime_error(key + ": '" + source + "' is " + kind_of(st) +
                                ", not a regular file or folder");

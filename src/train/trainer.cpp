@@ -943,6 +943,11 @@ RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
   // here, may already hold another process's run).
   std::shared_ptr<util::FolderLock> lock =
       options.lock ? options.lock : std::make_shared<util::FolderLock>(out.string(), "run folder");
+  // The files this run will write are regular files or absent: a folder, FIFO or link there
+  // is refused now, not after the whole run was trained.
+  for (const char* name : {"checkpoint.pt", "config.toml", "metrics.jsonl", "tokenizer.model",
+                           ".metrics.jsonl.overwrite"})
+    util::check_replaceable((out / name).string());
   const auto existing = util::run_files_in(out.string());
   // A run that never wrote a checkpoint (killed before its first one) has nothing to resume
   // or lose: a new run replaces its files the way --overwrite does.

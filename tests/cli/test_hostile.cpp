@@ -213,6 +213,24 @@ TEST(SpecialFiles, OutputsNeverReplaceFifosDevicesOrLinks) {
   EXPECT_TRUE(is_fifo());
 }
 
+TEST(SpecialFiles, ARunFolderWhoseFilesAreNotRegularIsRefusedBeforeTraining) {
+  const std::string dir = temp_dir("hostile-runfiles");
+  const std::string run = tiny_run(dir);
+  fs::remove(run + "/metrics.jsonl");
+  fs::create_symlink(dir + "/elsewhere.jsonl", run + "/metrics.jsonl");
+  // 10^6 steps: refused at once, or this would run for hours.
+  const auto r = run_cli("train --data " + dir + "/c.txt --size tiny --max-len 32 --max-steps "
+                         "1000000 --overwrite --out " + run);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "metrics.jsonl' is a symbolic link")) << r.output;
+  EXPECT_TRUE(fs::is_symlink(run + "/metrics.jsonl"));
+  // export writes nowhere in a run's folder.
+  const auto e = run_cli("export " + run + " --out " + run + "/copy.pt");
+  EXPECT_EQ(e.code, 1) << e.output;
+  EXPECT_TRUE(contains(e.output, "in a training run's folder")) << e.output;
+  EXPECT_FALSE(fs::exists(run + "/copy.pt"));
+}
+
 TEST(SpecialFiles, TokenizerTrainNeverWritesIntoARunFolder) {
   const std::string dir = temp_dir("hostile-tok");
   const std::string run = tiny_run(dir);

@@ -240,3 +240,25 @@ def test_a_prompt_longer_than_max_len_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m.generate("abc", 2)
+
+
+def test_generate_checks_token_ids_and_seeds_as_the_cli_does():
+    m = seqmix.build("weird-net", "tiny", max_len=16, seed=0)
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        m.generate([2 ** 70], 2)
+    with pytest.raises(ValueError, match="seed"):
+        m.generate("a", 2, seed=2 ** 63)
+    with pytest.raises(ValueError, match="temperature"):
+        m.generate("a", 2, temperature=float("inf"))
+    with pytest.raises(TypeError, match="max_lambda"):
+        O.ces_coefficients(torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2, 2),
+                           max_lambda="0.5")
+
+
+def test_a_zero_step_run_reports_no_training_loss(tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 300)
+    r = seqmix.train(tmp_path / "r", "weird-net", "tiny", **{
+        "data.source": str(text), "model.max_len": 32, "train.max_steps": 0,
+        "train.batch_size": 2, "train.threads": 1})
+    assert r["steps"] == 0 and r["train_loss"] is None
