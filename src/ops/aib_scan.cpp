@@ -187,6 +187,61 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
   return finish(at::cat({Hf, Hb}, 2), at::cat({Uf, Ub}, 2), p.valid);
 }
 
+at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                           const at::Tensor& mask, Direction direction, AIBWeights weights) {
+  aib_check_inputs("aib_scan_stable", a, v, w, mask, direction, weights);
+  const detail::AutocastOff autocast_off;
+  if (detail::is_bf16(a))
+    return aib_scan_stable(detail::widen(a), detail::widen(v), detail::widen(w), mask, direction,
+                           weights)
+        .to(at::kBFloat16);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const int64_t L = a.size(1), D = a.size(2);
+  at::Tensor m = a, h = v, u = at::ones_like(a), valid;
+  if (mask.defined()) {
+    valid = mask.unsqueeze(-1);
+    m = m.masked_fill(valid.logical_not(), -kInf);
+    h = h.masked_fill(valid.logical_not(), 0);
+    u = u.masked_fill(valid.logical_not(), 0);
+  }
+  if (L > 1) {
+    const at::Tensor lw = at::log(level_weights_for(w, weights, a));  // [K, D]
+    // One level: (m, h, u) at i absorbs (m + log W, h, u) from i - s (or i + s), both
+    // rescaled to their larger maximum.
+    auto level = [&](at::Tensor& m, at::Tensor& h, at::Tensor& u, const at::Tensor& lwj,
+                     int64_t s, bool suffix) {
+      const int64_t n = m.size(1);
+      auto shift = [&](const at::Tensor& x, double fill) {
+        return suffix ? at::constant_pad_nd(x.narrow(1, s, n - s), {0, 0, 0, s}, fill)
+                      : at::constant_pad_nd(x.narrow(1, 0, n - s), {0, 0, s, 0}, fill);
+      };
+      const at::Tensor m2 = shift(m, -kInf) + lwj;
+      const at::Tensor top = at::maximum(m, m2);
+      const at::Tensor safe = at::where(at::isneginf(top), at::zeros_like(top), top);
+      const at::Tensor e1 = at::exp(m - safe), e2 = at::exp(m2 - safe);
+      h = h * e1 + shift(h, 0) * e2;
+      u = u * e1 + shift(u, 0) * e2;
+      m = top;
+    };
+    const int64_t levels = aib_num_levels(L);
+    if (direction == Direction::causal) {
+      for (int64_t j = 0; j < levels; ++j) level(m, h, u, lw[j], int64_t{1} << j, false);
+    } else {
+      const int64_t half = D / 2;
+      at::Tensor mf = m.narrow(2, 0, half), hf = h.narrow(2, 0, half), uf = u.narrow(2, 0, half);
+      at::Tensor mb = m.narrow(2, half, half), hb = h.narrow(2, half, half),
+                 ub = u.narrow(2, half, half);
+      for (int64_t j = 0; j < levels; ++j) {
+        level(mf, hf, uf, lw[j].narrow(0, 0, half), int64_t{1} << j, false);
+        level(mb, hb, ub, lw[j].narrow(0, half, half), int64_t{1} << j, true);
+      }
+      h = at::cat({hf, hb}, 2);
+      u = at::cat({uf, ub}, 2);
+    }
+  }
+  return finish(h, u, valid);
+}
+
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                                 const at::Tensor& mask, Direction direction,
                                 AIBWeights weights) {

@@ -133,15 +133,15 @@ at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Te
   const detail::AutocastOff autocast_off;
   // The kernel's exponent arithmetic holds exp(A) for |A log2 e| below 2^20 (kMaxT in
   // cpu/vec_math_impl.h: |A| < 726,817) and finite A. Beyond that -- a diverged model, a
-  // crafted input -- it would clamp A and answer wrongly, silently; the reference, which
-  // subtracts a running maximum, gives the exact answer (and NaN for NaN, as it should).
+  // crafted input -- it would clamp A and answer wrongly, silently; aib_scan_stable, which
+  // carries a maximum per position, gives the exact answer (and NaN for NaN, as it should).
   // The check is one read of A: 2.5 ms of the op's 33 ms forward at B = 4, L = 4096,
   // D = 512 in float32 on 2 threads (machine D), a cost paid for never answering wrongly.
   if (a.numel() > 0) {
     constexpr double kKernelRange = 524288;  // 2^19: a margin below the clamp
     const auto [lo, hi] = at::aminmax(a);
     if (!(lo.item<double>() > -kKernelRange && hi.item<double>() < kKernelRange))
-      return aib_scan_reference(a, v, w, mask, direction, weights);
+      return aib_scan_stable(a, v, w, mask, direction, weights);
   }
   // The kernel takes log W; how W is parameterised stays in ATen, where autograd handles it.
   // bfloat16 A and V go into the kernel as they are (read and written in bfloat16, computed

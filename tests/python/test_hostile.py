@@ -109,6 +109,33 @@ def test_aib_kernel_is_exact_beyond_its_exponent_range(dtype):
     assert O.aib_scan(a, v, w).isnan().any()
 
 
+@pytest.mark.parametrize("direction", ["causal", "bidirectional"])
+def test_aib_scan_is_shift_invariant_far_beyond_the_kernel_range(direction):
+    # O = H / U does not change when a constant is added to A (per channel): A + 1e6 takes
+    # the stable fallback, A itself the kernel; both must agree, masked or not, with the
+    # gradients too.
+    torch.manual_seed(2)
+    B, L, D = 2, 37, 6
+    a = 3 * torch.randn(B, L, D, dtype=torch.float64)
+    v = torch.randn(B, L, D, dtype=torch.float64)
+    w = 0.3 * torch.randn(O.aib_num_levels(L), D, dtype=torch.float64)
+    mask = torch.rand(B, L) > 0.3
+    for m in (None, mask):
+        near = a.clone().requires_grad_()
+        far = (a + 1e6).requires_grad_()
+        o_near = O.aib_scan(near, v, w, m, direction=direction)
+        o_far = O.aib_scan(far, v, w, m, direction=direction)
+        torch.testing.assert_close(o_far, o_near)
+        g = torch.randn_like(o_near)
+        (gn,) = torch.autograd.grad(o_near, near, g)
+        (gf,) = torch.autograd.grad(o_far, far, g)
+        torch.testing.assert_close(gf, gn)
+    small = [t[:, :6].clone().requires_grad_() if t.dim() == 3 else t[:3].clone().requires_grad_()
+             for t in (a, v, w)]
+    assert gradgradcheck(lambda a, v, w: O.aib_scan(a + 1e6, v, w, mask[:, :6],
+                                                    direction=direction), small)
+
+
 def test_attention_scores_that_overflow_give_nan_as_the_reference():
     torch.manual_seed(0)
     q, k = (torch.randn(1, 1, 8, 4) * 1e20 for _ in range(2))
