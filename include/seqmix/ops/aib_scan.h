@@ -87,9 +87,13 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 ///   gradients finite.
 /// * Exponent path, for any channel block whose check fails (and always exact): every running
 ///   sum is kept as mantissas times a shared power-of-two exponent per position and channel,
-///   so exp(A) for any |A| (e.g. A ~ N(0, 30^2)) and products of distance weights far beyond
-///   the float range (W up to 1e30 per level) are represented exactly up to rounding;
+///   so exp(A) for |A| up to 2^19 (e.g. A ~ N(0, 30^2)) and products of distance weights far
+///   beyond the float range (W up to 1e30 per level) are represented exactly up to rounding;
 ///   negligible terms flush to zero.
+/// * Beyond: A with |A| >= 2^19 anywhere, or a NaN or infinite A (a diverged model, a crafted
+///   input), is outside the exponents' range; such a call runs the log-depth scan in ATen
+///   with a maximum per position instead (exact for any finite A; NaN in the windows that
+///   hold a NaN), never a clamped answer. Deciding costs one read of A (aminmax).
 /// A position with no valid input in its window outputs 0 with zero gradient.
 /// Cost: forward O(B L D log L) arithmetic on one pass of memory traffic (read A, V; write
 /// O); backward recomputes the forward levels per channel block, so saved memory is
