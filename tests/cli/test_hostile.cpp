@@ -39,13 +39,9 @@ struct Shell {
 Shell sh(std::string line) {
   for (size_t at; (at = line.find("SEQMIX")) != std::string::npos;)
     line.replace(at, 6, seqmix_bin());
-  FILE* p = popen(("exec 2>&1; " + line).c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
+  int status = 0;
+  const std::string out = seqmix::testing::read_command("exec 2>&1; " + line, status);
+  if (status == -1) return {-1, out};
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 

@@ -25,19 +25,29 @@ inline std::string seqmix_bin() {
   return bin ? bin : "seqmix";
 }
 
-/// Runs `seqmix <args>` through the shell; `env` is prepended as `env <env>` (e.g. "-u VAR"
-/// or "VAR=value") when not empty.
-inline CliResult run_cli(const std::string& args, const std::string& env = "") {
-  const std::string cmd =
-      (env.empty() ? "" : "env " + env + " ") + seqmix_bin() + " " + args + " 2>&1";
+/// Runs the shell command line `cmd` and returns what it wrote to the pipe; `status` gets
+/// its wait status (-1 if it could not be started).
+inline std::string read_command(const std::string& cmd, int& status) {
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
+  if (!p) {
+    status = -1;
+    return "popen failed";
+  }
   std::string out;
   std::array<char, 4096> buf{};
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  status = pclose(p);
+  return out;
+}
+
+/// Runs `seqmix <args>` through the shell; `env` is prepended as `env <env>` (e.g. "-u VAR"
+/// or "VAR=value") when not empty.
+inline CliResult run_cli(const std::string& args, const std::string& env = "") {
+  int status = 0;
+  const std::string out = read_command(
+      (env.empty() ? "" : "env " + env + " ") + seqmix_bin() + " " + args + " 2>&1", status);
+  return {status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 /// The lines of `out` that are JSON objects, parsed.
