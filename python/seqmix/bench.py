@@ -551,8 +551,8 @@ FIXED_CALLS = 2000
 
 def fixed_call_cost_us() -> Dict:
     """Median wall time (us) of a forward+backward of aib_scan on a tiny input: through
-    seqmix.ops (the public function) and through the binding seqmix._C directly."""
-    import seqmix._C
+    seqmix.ops (the public function) and through the registered op torch.ops.seqmix.aib_scan
+    directly."""
     import seqmix.ops
 
     gen = torch.Generator().manual_seed(0)
@@ -561,8 +561,7 @@ def fixed_call_cost_us() -> Dict:
     w = randn((1, 8), gen)
     calls = {
         "python_us": lambda: seqmix.ops.aib_scan(a, v, w),
-        "binding_us": lambda: seqmix._C.aib_scan(a, v, w, None, "causal", "prefix_exp",
-                                                 "kernel"),
+        "binding_us": lambda: torch.ops.seqmix.aib_scan(a, v, w),
     }
     out = {}
     for name, call in calls.items():

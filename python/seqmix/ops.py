@@ -1,10 +1,13 @@
 """seqmix's sequence-mixing ops as differentiable PyTorch functions.
 
-Each function calls the C++ op of libseqmix (include/seqmix/ops/*.h) on the tensors given,
-with no copy: the optimised CPU kernel by default (``impl='kernel'``), or the literal paper
-algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both carry
-their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
-``gradcheck``) works through them. Inputs are CPU tensors of one dtype, float32 or float64;
+Each op is registered in PyTorch's dispatcher by libseqmix (include/seqmix/ops/*.h) as
+``torch.ops.seqmix.<op>``: ``aib_scan``, ``attention``, ``ces_scan`` and ``extractor_conv``,
+each with a ``<op>_reference`` twin. The functions here call them with keyword options and
+argument checks: the optimised CPU kernel by default (``impl='kernel'``), or the literal
+paper algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both
+carry their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
+``gradcheck``) works through them, and both have fake-tensor implementations, so
+``torch.compile`` and ``torch.export`` see them as single ops. Inputs are CPU tensors of one dtype, float32 or float64;
 or, for mixed precision (``torch.autocast("cpu", dtype=torch.bfloat16)``), bfloat16
 activations with float32 parameters: the op computes in float32 and returns bfloat16
 (rounded once), the parameters' gradients are float32. The AIB, CES and attention kernels
@@ -15,7 +18,7 @@ Legend: B batch, L sequence length, D channels, H heads (attention) or channels 
 Errors: a wrong type raises TypeError naming the argument; a wrong choice ValueError naming
 the argument and the choices; a shape or dtype the op refuses RuntimeError (ValueError for
 the Extractor) with the op's message, which names the argument as the papers do (e.g.
-"aib_scan_fused: V must match A [2, 5, 4], got [2, 5, 3]").
+"aib_scan_kernel: V must match A [2, 5, 4], got [2, 5, 3]").
 """
 import collections
 
@@ -25,6 +28,11 @@ from . import _C
 
 __all__ = ["aib_scan", "aib_num_levels", "aib_level_weights", "CESCoefficients",
            "ces_coefficients", "ces_scan", "attention", "extractor_conv"]
+
+# Loading seqmix._C registered the ops; resolving each once makes torch.ops.seqmix list them
+# (dir(), iteration), as a namespace a user can explore.
+for _name in sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("seqmix::")):
+    getattr(torch.ops.seqmix, _name.split("::", 1)[1])
 
 _DIRECTIONS = ("causal", "bidirectional")
 _IMPLS = ("kernel", "reference")
@@ -46,6 +54,13 @@ def _choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+def _op(name, impl):
+    """The registered op (torch.ops.seqmix.<name>) of one implementation: the kernel's op
+    itself, or <name>_reference."""
+    _choice("impl", impl, _IMPLS)
+    return getattr(torch.ops.seqmix, name if impl == "kernel" else name + "_reference").default
 
 
 def _mask(name, value):
@@ -94,8 +109,8 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
     _tensor("v", v)
     _choice("weights", weights, _AIB_WEIGHTS)
     _tensor("w", w, optional=weights == "ones")
-    return _C.aib_scan(a, v, w, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS),
-                       weights, _choice("impl", impl, _IMPLS))
+    op = _op("aib_scan", impl)
+    return op(a, v, w, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS), weights)
 
 
 def aib_num_levels(max_len):
@@ -168,9 +183,9 @@ def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
     if not isinstance(coef, tuple) or len(coef) != 3:
         raise TypeError("coef: expected the CESCoefficients that ces_coefficients returns, "
                         f"got {type(coef).__name__}")
-    q, mu, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
-    return _C.ces_scan(x, q, mu, c, _mask("mask", mask),
-                       _choice("direction", direction, _DIRECTIONS), _choice("impl", impl, _IMPLS))
+    q, _, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
+    op = _op("ces_scan", impl)
+    return op(x, q, c, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS))
 
 
 def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
@@ -192,8 +207,8 @@ def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t)
-    return _C.attention(q, k, v, _mask("key_mask", key_mask),
-                        _choice("direction", direction, _DIRECTIONS), _choice("impl", impl, _IMPLS))
+    op = _op("attention", impl)
+    return op(q, k, v, _mask("key_mask", key_mask), _choice("direction", direction, _DIRECTIONS))
 
 
 def extractor_conv(x, w, *, impl="kernel"):
@@ -211,4 +226,4 @@ def extractor_conv(x, w, *, impl="kernel"):
     Returns:
         ext [B, t, D].
     """
-    return _C.extractor_conv(_tensor("x", x), _tensor("w", w), _choice("impl", impl, _IMPLS))
+    return _op("extractor_conv", impl)(_tensor("x", x), _tensor("w", w))

@@ -1,38 +1,22 @@
-// seqmix._C: the ops (include/seqmix/ops/*.h) as Python functions. Each is the C++ op itself,
-// a torch::autograd::Function or ATen code, so Python autograd runs the C++ backward. The
-// keyword arguments, their checks and the docstrings users read are in python/seqmix/ops.py;
-// here the arguments arrive positionally, already named and checked. The GIL is released
-// while an op computes (other Python threads run; LibTorch's own ops do the same).
+// seqmix._C: the ops' helpers (include/seqmix/ops/*.h) as Python functions. The ops themselves
+// are in PyTorch's dispatcher (torch.ops.seqmix.*), registered when this module loads
+// libseqmix; python/seqmix/ops.py wraps them with keyword options, checks and docstrings.
 #include "bindings.h"
+
+#include <algorithm>
 
 #include "seqmix/ops/aib_scan.h"
 #include "seqmix/ops/attention.h"
 #include "seqmix/ops/ces_scan.h"
 #include "seqmix/ops/extractor_conv.h"
+#include "seqmix/ops/op_cases.h"
+
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 namespace seqmix::python {
-namespace {
-
 namespace so = seqmix::ops;
 
-so::CESCoefficients coefficients(const at::Tensor& q, const at::Tensor& mu, const at::Tensor& c) {
-  return so::CESCoefficients{q, mu, c};
-}
-
-}  // namespace
-
 void bind_ops(py::module_& m) {
-  m.def(
-      "aib_scan",
-      [](const at::Tensor& a, const at::Tensor& v, const c10::optional<at::Tensor>& w,
-         const c10::optional<at::Tensor>& mask, const std::string& direction,
-         const std::string& weights, const std::string& impl) {
-        return so::aib_scan(a, v, or_undefined(w), or_undefined(mask),
-                            so::parse_direction(direction), so::parse_aib_weights(weights),
-                            so::parse_backend(impl));
-      },
-      py::arg("a"), py::arg("v"), py::arg("w"), py::arg("mask"), py::arg("direction"),
-      py::arg("weights"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
   m.def("aib_num_levels", &so::aib_num_levels, py::arg("max_len"));
   m.def(
       "aib_level_weights",
@@ -51,34 +35,37 @@ void bind_ops(py::module_& m) {
       },
       py::arg("log_lambda"), py::arg("log_alpha"), py::arg("log_beta"), py::arg("max_lambda"),
       py::arg("normalize"));
-  m.def(
-      "ces_scan",
-      [](const at::Tensor& x, const at::Tensor& q, const at::Tensor& mu, const at::Tensor& c,
-         const c10::optional<at::Tensor>& mask, const std::string& direction,
-         const std::string& impl) {
-        return so::ces_scan(x, coefficients(q, mu, c), or_undefined(mask),
-                            so::parse_direction(direction), so::parse_backend(impl));
-      },
-      py::arg("x"), py::arg("q"), py::arg("mu"), py::arg("c"), py::arg("mask"),
-      py::arg("direction"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
 
+  // The op-case registry (op_cases.h), for torch.library.opcheck in the tests.
+  m.def("op_cases", [] {
+    py::list out;
+    for (const auto& c : so::op_cases()) out.append(py::make_tuple(c.name(), c.op, c.gradcheck));
+    return out;
+  });
   m.def(
-      "attention",
-      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-         const c10::optional<at::Tensor>& key_mask, const std::string& direction,
-         const std::string& impl) {
-        return so::attention(q, k, v, or_undefined(key_mask), so::parse_direction(direction),
-                             so::parse_backend(impl));
+      "op_case_args",
+      [](const std::string& name, const std::string& dtype, uint64_t seed) {
+        const auto& cases = so::op_cases();
+        const auto it = std::find_if(cases.begin(), cases.end(),
+                                     [&](const so::OpCase& c) { return c.name() == name; });
+        if (it == cases.end()) throw std::invalid_argument("unknown op case '" + name + "'");
+        if (dtype != "float32" && dtype != "float64")
+          throw std::invalid_argument("dtype: expected float32 or float64, got '" + dtype + "'");
+        const so::OpInputs in = it->make_inputs(dtype == "float32" ? at::kFloat : at::kDouble, seed);
+        // Leaves: the arguments as the op receives them, floating ones requiring grad.
+        py::list args;
+        for (const c10::IValue& v : it->op_args(in.values(), in.mask)) {
+          if (v.isTensor()) {
+            at::Tensor t = v.toTensor().detach();
+            if (at::isFloatingType(t.scalar_type())) t.requires_grad_(true);
+            args.append(torch::jit::toPyObject(c10::IValue(t)));
+          } else {
+            args.append(torch::jit::toPyObject(v));
+          }
+        }
+        return py::tuple(args);
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("key_mask"), py::arg("direction"),
-      py::arg("impl"), py::call_guard<py::gil_scoped_release>());
-
-  m.def(
-      "extractor_conv",
-      [](const at::Tensor& x, const at::Tensor& w, const std::string& impl) {
-        return so::extractor_conv(x, w, so::parse_backend(impl));
-      },
-      py::arg("x"), py::arg("w"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
+      py::arg("name"), py::arg("dtype"), py::arg("seed"));
 }
 
 }  // namespace seqmix::python

@@ -2,8 +2,10 @@
 
 #include <stdexcept>
 
+#include <torch/library.h>
+
 #include "aib_scan_internal.h"
-#include "check_mask.h"
+#include "dispatch.h"
 #include "low_precision.h"
 
 namespace seqmix::ops {
@@ -80,27 +82,40 @@ struct Prepared {
 
 void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                       const at::Tensor& mask, Direction direction, AIBWeights weights) {
-  TORCH_CHECK(a.dim() == 3, fn, ": A must be [B, L, D], got ", a.sizes());
-  TORCH_CHECK(v.sizes() == a.sizes(), fn, ": V must match A ", a.sizes(), ", got ", v.sizes());
+  TORCH_CHECK(a.defined() && a.dim() == 3, fn, ": A must be [B, L, D], got ",
+              a.defined() ? a.sym_sizes() : c10::SymIntArrayRef{});
+  TORCH_CHECK(v.defined(), fn, ": V must match A ", a.sym_sizes(), ", got an undefined tensor");
+  TORCH_SYM_CHECK(detail::same_sizes(v, a), fn, ": V must match A ", a.sym_sizes(), ", got ",
+                  v.sym_sizes());
   TORCH_CHECK(detail::activation_dtype_ok(a.scalar_type()), fn,
               ": A must be float32, float64 or bfloat16, got ", a.scalar_type());
   TORCH_CHECK(v.scalar_type() == a.scalar_type(), fn, ": V dtype ", v.scalar_type(),
               " differs from A dtype ", a.scalar_type());
-  const int64_t L = a.size(1), D = a.size(2);
+  TORCH_CHECK(v.device() == a.device(), fn, ": V is on ", v.device(), " but A on ", a.device());
+  const c10::SymInt L = a.sym_size(1), D = a.sym_size(2);
   if (weights != AIBWeights::ones || w.defined()) {
-    TORCH_CHECK(w.defined() && w.dim() == 2 && w.size(1) == D, fn, ": w must be [K, ", D, "], got ",
-                w.defined() ? w.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(w.defined() && w.dim() == 2, fn, ": w must be [K, ", D, "], got ",
+                w.defined() ? w.sym_sizes() : c10::SymIntArrayRef{});
+    TORCH_SYM_CHECK(w.sym_size(1).sym_eq(D), fn, ": w must be [K, ", D, "], got ", w.sym_sizes());
     TORCH_CHECK(detail::param_dtype_fits(w.scalar_type(), a.scalar_type()), fn, ": w dtype ",
                 w.scalar_type(), " does not go with A dtype ", a.scalar_type(),
                 " (the same dtype, or float32 with bfloat16 A)");
-    TORCH_CHECK((int64_t{1} << w.size(0)) >= L, fn, ": w has ", w.size(0),
-                " levels, which cover sequences up to ", (int64_t{1} << w.size(0)), " but L = ", L,
-                " (raise max_len)");
+    TORCH_CHECK(w.device() == a.device(), fn, ": w is on ", w.device(), " but A on ",
+                a.device());
+    // The number of levels is a parameter's shape: fixed for a model, so concrete here.
+    const int64_t K = w.sym_size(0).guard_int(__FILE__, __LINE__);
+    TORCH_CHECK(K <= 62, fn, ": w has ", K, " levels; at most 62 are meaningful");
+    TORCH_SYM_CHECK(L.sym_le(c10::SymInt(int64_t{1} << K)), fn, ": w has ", K,
+                    " levels, which cover sequences up to ", (int64_t{1} << K), " but L = ", L,
+                    " (raise max_len)");
   }
   if (direction == Direction::bidirectional)
-    TORCH_CHECK(D % 2 == 0, fn, ": the bidirectional form splits channels in halves; D = ", D,
-                " is odd");
-  check_padding_mask(fn, mask, a.size(0), L);
+    TORCH_SYM_CHECK((D % 2).sym_eq(0), fn,
+                    ": the bidirectional form splits channels in halves; D = ", D, " is odd");
+  if (mask.defined())
+    TORCH_CHECK(mask.device() == a.device(), fn, ": mask is on ", mask.device(), " but A on ",
+                a.device());
+  detail::check_padding_mask(fn, mask, a.sym_size(0), L);
 }
 
 namespace {
@@ -284,8 +299,50 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                     const at::Tensor& mask, Direction direction, AIBWeights weights,
                     Backend backend) {
-  if (backend == Backend::reference) return aib_scan_reference(a, v, w, mask, direction, weights);
-  return aib_scan_fused(a, v, w, mask, direction, weights);
+  if (backend == Backend::reference) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("seqmix::aib_scan_reference", "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                                 const std::optional<at::Tensor>&,
+                                                 const std::optional<at::Tensor>&,
+                                                 c10::string_view, c10::string_view)>();
+    return op.call(a, v, detail::optional(w), detail::optional(mask), to_string(direction),
+                   to_string(weights));
+  }
+  return aib_scan_kernel(a, v, w, mask, direction, weights);
+}
+
+namespace {
+
+at::Tensor reference_op(const at::Tensor& a, const at::Tensor& v,
+                        const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& mask,
+                        c10::string_view direction, c10::string_view weights) {
+  return aib_scan_reference(a, v, detail::or_undefined(w), detail::or_undefined(mask),
+                            detail::direction_arg("aib_scan_reference", direction),
+                            aib_weights_arg("aib_scan_reference", weights));
+}
+
+}  // namespace
+
+// The schemas (Python: torch.ops.seqmix.*). aib_scan is implemented per dispatch key in
+// aib_scan_kernel.cpp; _aib_scan_backward is its backward, an op of its own so that each
+// device registers it beside the forward; the reference is ATen code, so it is
+// CompositeImplicitAutograd: autograd, fake tensors and every device come with ATen's ops.
+TORCH_LIBRARY_FRAGMENT(seqmix, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def(
+      "aib_scan(Tensor a, Tensor v, Tensor? w, Tensor? mask=None, str direction=\"causal\", "
+      "str weights=\"prefix_exp\") -> Tensor",
+      tags);
+  m.def(
+      "aib_scan_reference(Tensor a, Tensor v, Tensor? w, Tensor? mask=None, "
+      "str direction=\"causal\", str weights=\"prefix_exp\") -> Tensor",
+      tags);
+  m.def(
+      "_aib_scan_backward(Tensor grad, Tensor a, Tensor v, Tensor? w, Tensor? mask, "
+      "str direction, str weights) -> (Tensor, Tensor, Tensor)",
+      tags);
+  m.impl("aib_scan_reference", c10::DispatchKey::CompositeImplicitAutograd, &reference_op);
 }
 
 }  // namespace seqmix::ops

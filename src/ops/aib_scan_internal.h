@@ -4,6 +4,15 @@
 
 namespace seqmix::ops {
 
+/// The schemas' `str weights`: a wrong value is a ValueError naming `op` and the choices.
+inline AIBWeights aib_weights_arg(const char* op, c10::string_view s) {
+  if (s == "prefix_exp") return AIBWeights::prefix_exp;
+  if (s == "exp") return AIBWeights::exp;
+  if (s == "ones") return AIBWeights::ones;
+  TORCH_CHECK_VALUE(false, op, ": weights must be 'prefix_exp', 'exp' or 'ones', got '",
+                    std::string(s), "'");
+}
+
 /// Validates the aib_scan arguments; every message starts with `fn` and names the argument.
 void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                       const at::Tensor& mask, Direction direction, AIBWeights weights);

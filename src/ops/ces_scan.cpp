@@ -1,14 +1,15 @@
-// CES: coefficients, the authors' FFT reference, and the recurrence kernel as an autograd
-// Function (src/ops/cpu/ces_scan_kernel.cpp).
+// CES in the dispatcher: coefficients, the authors' FFT reference, and seqmix::ces_scan, the
+// recurrence kernel (src/ops/cpu/ces_scan_kernel.cpp) per dispatch key.
 #include "seqmix/ops/ces_scan.h"
 
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <stdexcept>
 
-#include "check_mask.h"
+#include "dispatch.h"
 #include "double_backward.h"
 #include "low_precision.h"
 #include "cpu/ces_scan_kernel.h"
@@ -17,35 +18,40 @@ namespace seqmix::ops {
 
 namespace {
 
-void check_param(const char* fn, const char* name, const at::Tensor& t, int64_t C) {
-  TORCH_CHECK(t.defined() && t.dim() == 2 && t.size(1) == 2, fn, ": ", name,
-              " must be [C, 2] (real, imaginary), got ", t.defined() ? t.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(C < 0 || t.size(0) == C, fn, ": ", name, " must have ", C, " rows, got ", t.size(0));
+void check_param(const char* fn, const char* name, const at::Tensor& t,
+                 const c10::SymInt& C) {
+  TORCH_CHECK(t.defined() && t.dim() == 2, fn, ": ", name,
+              " must be [C, 2] (real, imaginary), got ",
+              t.defined() ? t.sym_sizes() : c10::SymIntArrayRef{});
+  TORCH_SYM_CHECK(t.sym_size(1).sym_eq(2), fn, ": ", name,
+                  " must be [C, 2] (real, imaginary), got ", t.sym_sizes());
+  TORCH_SYM_CHECK(C.sym_lt(0).sym_or(t.sym_size(0).sym_eq(C)), fn, ": ", name, " must have ", C,
+                  " rows, got ", t.sym_size(0));
   TORCH_CHECK(detail::activation_dtype_ok(t.scalar_type()), fn, ": ", name,
               " must be float32, float64 or bfloat16, got ", t.scalar_type());
 }
 
-void check_scan(const char* fn, const at::Tensor& x, const CESCoefficients& coef,
+void check_scan(const char* fn, const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
                 const at::Tensor& mask, Direction direction) {
   TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
-              x.defined() ? x.sizes() : at::IntArrayRef{});
+              x.defined() ? x.sym_sizes() : c10::SymIntArrayRef{});
   TORCH_CHECK(detail::activation_dtype_ok(x.scalar_type()), fn,
               ": x must be float32, float64 or bfloat16, got ", x.scalar_type());
-  const int64_t C = direction == Direction::bidirectional ? 2 * x.size(2) : x.size(2);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", coef.q},
-                                {"mu", coef.mu},
-                                {"c", coef.c}}) {
+  const c10::SymInt C = direction == Direction::bidirectional ? 2 * x.sym_size(2) : x.sym_size(2);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", q}, {"c", c}}) {
     check_param(fn, name, t, C);
     TORCH_CHECK(detail::param_dtype_fits(t.scalar_type(), x.scalar_type()), fn, ": ", name,
                 " dtype ", t.scalar_type(), " does not go with x dtype ", x.scalar_type(),
                 " (the same dtype, or float32 with bfloat16 x)");
+    TORCH_CHECK(t.device() == x.device(), fn, ": ", name, " is on ", t.device(), " but x on ",
+                x.device());
   }
-  check_padding_mask(fn, mask, x.size(0), x.size(1));
+  if (mask.defined())
+    TORCH_CHECK(mask.device() == x.device(), fn, ": mask is on ", mask.device(), " but x on ",
+                x.device());
+  detail::check_padding_mask(fn, mask, x.sym_size(0), x.sym_size(1));
 }
 
-CESCoefficients widened(const CESCoefficients& c) {
-  return {detail::widen(c.q), detail::widen(c.mu), detail::widen(c.c)};
-}
 
 at::Tensor re(const at::Tensor& z) { return z.select(1, 0); }
 at::Tensor im(const at::Tensor& z) { return z.select(1, 1); }
@@ -101,68 +107,151 @@ void run_items(const cpu::CESScanParams<T, S>& p, Kernel kernel) {
   });
 }
 
-class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
- public:
-  // x is float32, float64 or bfloat16; mu and c are float32 with bfloat16 x, else x's dtype.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& mu, const at::Tensor& c, const at::Tensor& mask,
-                            bool bidirectional) {
-    ctx->save_for_backward({x, mu, c, mask});
-    ctx->saved_data["bidirectional"] = bidirectional;
-    at::Tensor y = at::empty_like(x);
-    if (x.numel() == 0) return y;
+// mu = exp(q) as (real, imaginary) pairs, in the kernel's arithmetic type -- the formula of
+// ces_coefficients, so the kernel reads the same mu the layer's step does.
+at::Tensor mu_of(const at::Tensor& q) {
+  const at::Tensor q32 = detail::widen(q);
+  const at::Tensor mag = at::exp(re(q32));
+  return at::stack({mag * at::cos(im(q32)), mag * at::sin(im(q32))}, 1).contiguous();
+}
+
+// ---- CPU ----
+
+at::Tensor ces_scan_cpu(const at::Tensor& x_in, const at::Tensor& q, const at::Tensor& c_in,
+                        const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
+  const at::Tensor mask = detail::or_undefined(mask_opt);
+  const Direction dir = detail::direction_arg("ces_scan", direction);
+  check_scan("ces_scan", x_in, q, c_in, mask, dir);
+  // bfloat16 x goes into the kernel as it is (read and written in bfloat16, computed in
+  // float32); its coefficients are widened to float32.
+  const at::Tensor x = x_in.contiguous(), mu = mu_of(q), c = detail::widen(c_in).contiguous();
+  const at::Tensor m = mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
+  at::Tensor y = at::empty_like(x);
+  if (x.numel() == 0) return y;
+  dispatch_types(x, [&](auto types) {
+    using T = typename decltype(types)::T;
+    using S = typename decltype(types)::S;
+    auto p = make_params<T, S>(x, mu, c, m, dir == Direction::bidirectional);
+    p.y = y.data_ptr<S>();
+    run_items(p, cpu::ces_scan_forward<T, S>);
+  });
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cpu(
+    const at::Tensor& grad, const at::Tensor& x_in, const at::Tensor& q, const at::Tensor& c_in,
+    const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
+  const at::Tensor mask = detail::or_undefined(mask_opt);
+  const Direction dir = detail::direction_arg("_ces_scan_backward", direction);
+  check_scan("_ces_scan_backward", x_in, q, c_in, mask, dir);
+  const at::Tensor x = x_in.contiguous(), mu = mu_of(q), c = detail::widen(c_in).contiguous();
+  const at::Tensor m = mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
+  const at::Tensor gy = grad.to(x.scalar_type()).contiguous();
+  at::Tensor gx = at::empty_like(x);
+  const auto dopt = x.options().dtype(at::kDouble);
+  at::Tensor gmu = at::zeros({x.size(0), mu.size(0), 2}, dopt);
+  at::Tensor gc = at::zeros({x.size(0), c.size(0), 2}, dopt);
+  if (x.numel() > 0) {
     dispatch_types(x, [&](auto types) {
       using T = typename decltype(types)::T;
       using S = typename decltype(types)::S;
-      auto p = make_params<T, S>(x, mu, c, mask, bidirectional);
-      p.y = y.data_ptr<S>();
-      run_items(p, cpu::ces_scan_forward<T, S>);
+      auto p = make_params<T, S>(x, mu, c, m, dir == Direction::bidirectional);
+      p.grad_y = gy.data_ptr<S>();
+      p.grad_x = gx.data_ptr<S>();
+      p.grad_mu = gmu.data_ptr<double>();
+      p.grad_c = gc.data_ptr<double>();
+      run_items(p, cpu::ces_scan_backward<T, S>);
     });
-    return y;
+  } else {
+    gx.zero_();
+  }
+  // mu = exp(q) is holomorphic: the gradient of q is conj(mu) times that of mu (PyTorch's
+  // convention for complex gradients), written out on (real, imaginary) pairs.
+  const at::Tensor g = gmu.sum(0), md = mu.to(at::kDouble);
+  const at::Tensor gr = re(g), gi = im(g), mr = re(md), mi = im(md);
+  const at::Tensor gq = at::stack({gr * mr + gi * mi, gi * mr - gr * mi}, 1);
+  return {gx, gq.to(q.scalar_type()), gc.sum(0).to(c_in.scalar_type())};
+}
+
+// ---- Meta ----
+
+at::Tensor ces_scan_meta(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+                         const std::optional<at::Tensor>& mask, c10::string_view direction) {
+  check_scan("ces_scan", x, q, c, detail::or_undefined(mask),
+             detail::direction_arg("ces_scan", direction));
+  return at::empty_like(x, at::MemoryFormat::Contiguous);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_meta(
+    const at::Tensor& grad, const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+    const std::optional<at::Tensor>& mask, c10::string_view direction) {
+  check_scan("_ces_scan_backward", x, q, c, detail::or_undefined(mask),
+             detail::direction_arg("_ces_scan_backward", direction));
+  (void)grad;
+  return {at::empty_like(x, at::MemoryFormat::Contiguous),
+          at::empty_like(q, at::MemoryFormat::Contiguous),
+          at::empty_like(c, at::MemoryFormat::Contiguous)};
+}
+
+// ---- Autograd ----
+
+using ScanSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const std::optional<at::Tensor>&, c10::string_view);
+using BackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const std::optional<at::Tensor>&, c10::string_view);
+
+class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& q, const at::Tensor& c,
+                            const std::optional<at::Tensor>& mask, const std::string& direction) {
+    ctx->save_for_backward({x, q, c, detail::or_undefined(mask)});
+    ctx->saved_data["direction"] = direction;
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
+    return op.call(x, q, c, mask, direction);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &mu = saved[1], &c = saved[2], &mask = saved[3];
-    const bool bidirectional = ctx->saved_data["bidirectional"].toBool();
+    const at::Tensor &x = saved[0], &q = saved[1], &c = saved[2], &mask = saved[3];
+    const std::string direction = ctx->saved_data["direction"].toStringRef();
     if (detail::differentiable_backward()) {
-      // The reference reads q = log mu (any branch: only exp(n q) = mu^n enters it).
       auto g = detail::reference_backward(
           [&](const std::vector<at::Tensor>& in) {
-            const at::Tensor& m = in[1];
-            const at::Tensor mr = m.select(1, 0), mi = m.select(1, 1);
-            const at::Tensor q = at::stack({0.5 * at::log(mr * mr + mi * mi), at::atan2(mi, mr)}, 1);
-            return ces_scan_reference(in[0], CESCoefficients{q, m, in[2]},
-                                      mask.numel() ? mask : at::Tensor(),
-                                      bidirectional ? Direction::bidirectional : Direction::causal);
+            return ces_scan_reference(in[0], CESCoefficients{in[1], at::Tensor(), in[2]}, mask,
+                                      detail::direction_arg("ces_scan", direction));
           },
-          {x, mu, c}, grads[0]);
+          {x, q, c}, grads[0]);
       return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
     }
-    const at::Tensor gy = grads[0].to(x.scalar_type()).contiguous();
-    at::Tensor gx = at::empty_like(x);
-    const auto dopt = x.options().dtype(at::kDouble);
-    at::Tensor gmu = at::zeros({x.size(0), mu.size(0), 2}, dopt);
-    at::Tensor gc = at::zeros({x.size(0), c.size(0), 2}, dopt);
-    if (x.numel() > 0) {
-      dispatch_types(x, [&](auto types) {
-        using T = typename decltype(types)::T;
-        using S = typename decltype(types)::S;
-        auto p = make_params<T, S>(x, mu, c, mask, bidirectional);
-        p.grad_y = gy.data_ptr<S>();
-        p.grad_x = gx.data_ptr<S>();
-        p.grad_mu = gmu.data_ptr<double>();
-        p.grad_c = gc.data_ptr<double>();
-        run_items(p, cpu::ces_scan_backward<T, S>);
-      });
-    } else {
-      gx.zero_();
-    }
-    return {gx, gmu.sum(0).to(mu.scalar_type()), gc.sum(0).to(c.scalar_type()), at::Tensor(),
-            at::Tensor()};
+    static const auto op = detail::find_op<BackwardSignature>("seqmix::_ces_scan_backward");
+    auto [gx, gq, gc] = op.call(grads[0], x, q, c, detail::optional(mask), direction);
+    return {gx, gq, gc, at::Tensor(), at::Tensor()};
   }
 };
+
+at::Tensor ces_scan_autograd(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+                             const std::optional<at::Tensor>& mask, c10::string_view direction) {
+  return CESScanFunction::apply(x, q, c, mask, std::string(direction));
+}
+
+// ---- AutocastCPU: the op computes in the dtypes its contract names (common.h) ----
+
+at::Tensor ces_scan_autocast(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+                             const std::optional<at::Tensor>& mask, c10::string_view direction) {
+  const detail::AutocastOff autocast_off;
+  static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
+  return op.call(x, q, c, mask, direction);
+}
+
+at::Tensor reference_op(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+                        const std::optional<at::Tensor>& mask, c10::string_view direction) {
+  return ces_scan_reference(x, CESCoefficients{q, at::Tensor(), c}, detail::or_undefined(mask),
+                            detail::direction_arg("ces_scan_reference", direction));
+}
 
 }  // namespace
 
@@ -170,8 +259,8 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
                                  const at::Tensor& log_beta, double max_lambda, bool normalize) {
   const char* fn = "ces_coefficients";
   check_param(fn, "log_lambda", log_lambda, -1);
-  check_param(fn, "log_alpha", log_alpha, log_lambda.size(0));
-  check_param(fn, "log_beta", log_beta, log_lambda.size(0));
+  check_param(fn, "log_alpha", log_alpha, log_lambda.sym_size(0));
+  check_param(fn, "log_beta", log_beta, log_lambda.sym_size(0));
   TORCH_CHECK(log_alpha.scalar_type() == log_lambda.scalar_type() &&
                   log_beta.scalar_type() == log_lambda.scalar_type(),
               fn, ": log_lambda, log_alpha and log_beta must share a dtype");
@@ -206,11 +295,17 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
                               const at::Tensor& mask, Direction direction) {
-  check_scan("ces_scan_reference", x, coef, mask, direction);
+  check_scan("ces_scan_reference", x, coef.q, coef.c, mask, direction);
   const detail::AutocastOff autocast_off;
-  if (detail::is_bf16(x)) return ces_scan_reference(detail::widen(x), widened(coef), mask, direction).to(at::kBFloat16);
-  const int64_t L = x.size(1), H = x.size(2);
-  if (x.numel() == 0) return at::zeros_like(x);
+  if (detail::is_bf16(x))
+    return ces_scan_reference(detail::widen(x),
+                              CESCoefficients{detail::widen(coef.q), at::Tensor(),
+                                              detail::widen(coef.c)},
+                              mask, direction)
+        .to(at::kBFloat16);
+  // Concrete sizes: the FFT length depends on L, so torch.compile specialises on it.
+  const int64_t L = detail::concrete(x.sym_size(1)), H = detail::concrete(x.sym_size(2));
+  if (L == 0 || H == 0 || detail::concrete(x.sym_size(0)) == 0) return at::zeros_like(x);
   at::Tensor xm = mask.defined() ? x.masked_fill(mask.logical_not().unsqueeze(-1), 0) : x;
   // Vandermonde kernel K[n] = Re(c exp(n q)), [C, L].
   const at::Tensor n = at::arange(L, x.options()).unsqueeze(0);
@@ -235,20 +330,49 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                            Direction direction) {
-  check_scan("ces_scan_kernel", x, coef, mask, direction);
-  const detail::AutocastOff autocast_off;
-  // bfloat16 x goes into the kernel as it is (read and written in bfloat16, computed in
-  // float32); its coefficients are widened to float32.
-  return CESScanFunction::apply(x.contiguous(), detail::widen(coef.mu).contiguous(),
-                                detail::widen(coef.c).contiguous(),
-                                mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool),
-                                direction == Direction::bidirectional);
+  static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
+  return op.call(x, coef.q, coef.c, detail::optional(mask), to_string(direction));
 }
 
 at::Tensor ces_scan(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                     Direction direction, Backend backend) {
-  return backend == Backend::kernel ? ces_scan_kernel(x, coef, mask, direction)
-                                    : ces_scan_reference(x, coef, mask, direction);
+  if (backend == Backend::kernel) return ces_scan_kernel(x, coef, mask, direction);
+  static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan_reference");
+  return op.call(x, coef.q, coef.c, detail::optional(mask), to_string(direction));
 }
+
+// The schemas: ces_scan is implemented per dispatch key above (its backward is the op
+// _ces_scan_backward); the reference, the authors' FFT form, is ATen code
+// (CompositeImplicitAutograd). Both are functions of x, q and c: mu = exp(q) is derived.
+TORCH_LIBRARY_FRAGMENT(seqmix, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def(
+      "ces_scan(Tensor x, Tensor q, Tensor c, Tensor? mask=None, str direction=\"causal\") -> "
+      "Tensor",
+      tags);
+  m.def(
+      "ces_scan_reference(Tensor x, Tensor q, Tensor c, Tensor? mask=None, "
+      "str direction=\"causal\") -> Tensor",
+      tags);
+  m.def(
+      "_ces_scan_backward(Tensor grad, Tensor x, Tensor q, Tensor c, Tensor? mask, "
+      "str direction) -> (Tensor, Tensor, Tensor)",
+      tags);
+  m.impl("ces_scan_reference", c10::DispatchKey::CompositeImplicitAutograd, &reference_op);
+}
+
+TORCH_LIBRARY_IMPL(seqmix, CPU, m) {
+  m.impl("ces_scan", &ces_scan_cpu);
+  m.impl("_ces_scan_backward", &ces_scan_backward_cpu);
+}
+
+TORCH_LIBRARY_IMPL(seqmix, Meta, m) {
+  m.impl("ces_scan", &ces_scan_meta);
+  m.impl("_ces_scan_backward", &ces_scan_backward_meta);
+}
+
+TORCH_LIBRARY_IMPL(seqmix, Autograd, m) { m.impl("ces_scan", &ces_scan_autograd); }
+
+TORCH_LIBRARY_IMPL(seqmix, AutocastCPU, m) { m.impl("ces_scan", &ces_scan_autocast); }
 
 }  // namespace seqmix::ops

@@ -2,35 +2,39 @@
 
 #include <fmt/format.h>
 #include <torch/fft.h>
+#include <torch/library.h>
 
 #include <stdexcept>
 
+#include "dispatch.h"
 #include "low_precision.h"
 
 namespace seqmix::ops {
 
 namespace {
 
+// Concrete sizes (dispatch.h): the FFT length and the reference's loop depend on t.
+using detail::concrete;
+
 void check_inputs(const char* op, const at::Tensor& x, const at::Tensor& w) {
-  if (!x.defined() || x.dim() != 3)
-    throw std::invalid_argument(fmt::format("{}: x must be [B, t, D], got {} dims", op,
-                                            x.defined() ? x.dim() : 0));
-  if (!w.defined() || w.dim() != 3 || w.size(1) != w.size(2))
-    throw std::invalid_argument(fmt::format("{}: w must be [l, D, D]", op));
-  if (w.size(1) != x.size(2))
-    throw std::invalid_argument(fmt::format("{}: x has D = {} channels but w is [{}, {}, {}]", op,
-                                            x.size(2), w.size(0), w.size(1), w.size(2)));
-  if (x.size(1) > w.size(0))
-    throw std::invalid_argument(
-        fmt::format("{}: sequence length t = {} exceeds the number of lag matrices l = {} "
-                    "(the Extractor's context window)",
-                    op, x.size(1), w.size(0)));
-  if (!detail::activation_dtype_ok(x.scalar_type()) ||
-      !detail::param_dtype_fits(w.scalar_type(), x.scalar_type()))
-    throw std::invalid_argument(fmt::format(
-        "{}: x must be float32, float64 or bfloat16 and w of the same dtype (or float32 with "
-        "bfloat16 x); got {} and {}",
-        op, c10::toString(x.scalar_type()), c10::toString(w.scalar_type())));
+  TORCH_CHECK_VALUE(x.defined() && x.dim() == 3, op, ": x must be [B, t, D], got ",
+                    x.defined() ? x.dim() : 0, " dims");
+  TORCH_CHECK_VALUE(w.defined() && w.dim() == 3 && concrete(w.sym_size(1)) == concrete(w.sym_size(2)),
+                    op, ": w must be [l, D, D]");
+  TORCH_CHECK_VALUE(concrete(w.sym_size(1)) == concrete(x.sym_size(2)), op, ": x has D = ",
+                    x.sym_size(2), " channels but w is ", w.sym_sizes());
+  TORCH_CHECK_VALUE(concrete(x.sym_size(1)) <= concrete(w.sym_size(0)), op,
+                    ": sequence length t = ", x.sym_size(1),
+                    " exceeds the number of lag matrices l = ", w.sym_size(0),
+                    " (the Extractor's context window)");
+  TORCH_CHECK_VALUE(detail::activation_dtype_ok(x.scalar_type()) &&
+                        detail::param_dtype_fits(w.scalar_type(), x.scalar_type()),
+                    op,
+                    ": x must be float32, float64 or bfloat16 and w of the same dtype (or "
+                    "float32 with bfloat16 x); got ",
+                    x.scalar_type(), " and ", w.scalar_type());
+  TORCH_CHECK_VALUE(w.device() == x.device(), op, ": w is on ", w.device(), " but x on ",
+                    x.device());
 }
 
 }  // namespace
@@ -40,7 +44,7 @@ at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w) {
   const detail::AutocastOff autocast_off;
   if (detail::is_bf16(x))
     return extractor_conv_reference(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
-  const int64_t t = x.size(1);
+  const int64_t t = concrete(x.sym_size(1));
   at::Tensor ext = at::zeros_like(x);
   for (int64_t k = 0; k < t; ++k) {
     // Positions k .. t-1 receive x[i - k] W[k].
@@ -50,12 +54,12 @@ at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w) {
   return ext;
 }
 
-at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w) {
-  check_inputs("extractor_conv_fft", x, w);
+at::Tensor extractor_conv_kernel(const at::Tensor& x, const at::Tensor& w) {
+  check_inputs("extractor_conv_kernel", x, w);
   const detail::AutocastOff autocast_off;
   if (detail::is_bf16(x))
-    return extractor_conv_fft(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
-  const int64_t t = x.size(1);
+    return extractor_conv_kernel(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
+  const int64_t t = concrete(x.sym_size(1));
   if (t == 0) return at::zeros_like(x);
   // Linear (not circular) convolution needs n >= 2t - 1; a power of two keeps the FFT fast.
   int64_t n = 1;
@@ -67,7 +71,12 @@ at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w) {
 }
 
 at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w, Backend backend) {
-  return backend == Backend::kernel ? extractor_conv_fft(x, w) : extractor_conv_reference(x, w);
+  static const auto kernel = detail::find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>(
+      "seqmix::extractor_conv");
+  static const auto reference =
+      detail::find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>(
+          "seqmix::extractor_conv_reference");
+  return backend == Backend::kernel ? kernel.call(x, w) : reference.call(x, w);
 }
 
 at::Tensor extractor_conv_last(const at::Tensor& history, const at::Tensor& w) {
@@ -79,6 +88,23 @@ at::Tensor extractor_conv_last(const at::Tensor& history, const at::Tensor& w) {
   // sum_k x[t-1-k] W[k]: flip the history so lag k is row k, then one [B, t D] x [t D, D].
   const at::Tensor lags = history.flip({1}).reshape({history.size(0), t * D});
   return at::matmul(lags, w.narrow(0, 0, t).reshape({t * D, D}));
+}
+
+}  // namespace seqmix::ops
+
+namespace seqmix::ops {
+
+// The schemas. The kernel is ATen's FFT (pocketfft on the CPU, cuFFT on CUDA) around one
+// batched matrix product per frequency, so both ops are CompositeImplicitAutograd: autograd
+// differentiates the FFT exactly, fake tensors and every device come with ATen's ops, and
+// torch.compile sees the FFT.
+TORCH_LIBRARY_FRAGMENT(seqmix, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def("extractor_conv(Tensor x, Tensor w) -> Tensor", tags);
+  m.def("extractor_conv_reference(Tensor x, Tensor w) -> Tensor", tags);
+  m.impl("extractor_conv", c10::DispatchKey::CompositeImplicitAutograd, &extractor_conv_kernel);
+  m.impl("extractor_conv_reference", c10::DispatchKey::CompositeImplicitAutograd,
+         &extractor_conv_reference);
 }
 
 }  // namespace seqmix::ops

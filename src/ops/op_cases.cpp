@@ -2,6 +2,7 @@
 #include "seqmix/ops/op_cases.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +57,38 @@ at::Tensor representable(const at::Tensor& x, at::ScalarType dtype) {
   return x.to(at::kFloat).to(dtype);
 }
 
+// Calls seqmix::<name> with the case's arguments; options the schema has beyond them take
+// their defaults.
+at::Tensor call_op(const std::string& name, std::vector<c10::IValue> args) {
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("seqmix::" + name).c_str(), "");
+  const auto& params = op.schema().arguments();
+  for (size_t i = args.size(); i < params.size(); ++i) args.push_back(*params[i].default_value());
+  torch::jit::Stack stack(args.begin(), args.end());
+  op.callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
+// Sets the case's kernel and reference: its op and the op's reference, through the
+// dispatcher, with op_args.
+void dispatch_both(OpCase& c) {
+  const std::string op = c.op;
+  const OpArgsFn args = c.op_args;
+  c.kernel = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
+    return call_op(op, args(x, mask));
+  };
+  c.reference = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
+    return call_op(op + "_reference", args(x, mask));
+  };
+}
+
+// The cases call the ops by name; these references link every op's translation unit -- and
+// with it its registration in the dispatcher -- into any program that uses the cases.
+[[maybe_unused]] const void* const kRegisteredOps[] = {
+    reinterpret_cast<const void*>(&aib_scan), reinterpret_cast<const void*>(&ces_scan),
+    reinterpret_cast<const void*>(&attention), reinterpret_cast<const void*>(&extractor_conv)};
+
+c10::IValue optional(const at::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
+
 void check_shape(const char* op, int64_t B, int64_t L, int64_t D) {
   if (B < 1 || L < 1 || D < 1)
     throw std::invalid_argument(std::string(op) + ": B, L and D must be >= 1, got " +
@@ -107,12 +140,11 @@ OpCase aib_case(int64_t B, int64_t L, int64_t D, Direction dir, AIBWeights weigh
     if (masked) in.mask = aib_mask(B, L);
     return in;
   };
-  c.reference = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
-    return aib_scan_reference(x[0], x[1], x[2], mask, dir, weights);
+  c.op_args = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
+    return std::vector<c10::IValue>{x[0], x[1], x[2], optional(mask), to_string(dir),
+                                    to_string(weights)};
   };
-  c.kernel = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
-    return aib_scan_fused(x[0], x[1], x[2], mask, dir, weights);
-  };
+  dispatch_both(c);
   c.at_shape = [=](int64_t b, int64_t l, int64_t d) {
     return aib_case(b, l, d, dir, weights, masked);
   };
@@ -188,14 +220,13 @@ OpCase ces_case(int64_t B, int64_t L, int64_t H, Direction dir, bool normalize, 
   c.make_inputs = [=](at::ScalarType dtype, uint64_t seed) {
     return ces_inputs(B, L, H, C, masked, dtype, seed);
   };
-  const auto run = [=](Backend backend) {
-    return [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
-      const CESCoefficients coef = ces_coefficients(x[1], x[2], x[3], 0.9999, normalize);
-      return ces_scan(x[0], coef, mask, dir, backend);
-    };
+  // The coefficients are computed from the raw parameters inside the case, so gradients are
+  // checked all the way to the layer's parameters.
+  c.op_args = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
+    const CESCoefficients coef = ces_coefficients(x[1], x[2], x[3], 0.9999, normalize);
+    return std::vector<c10::IValue>{x[0], coef.q, coef.c, optional(mask), to_string(dir)};
   };
-  c.reference = run(Backend::reference);
-  c.kernel = run(Backend::kernel);
+  dispatch_both(c);
   c.at_shape = [=](int64_t b, int64_t l, int64_t d) {
     return ces_case(b, l, d, dir, normalize, masked);
   };
@@ -251,12 +282,10 @@ OpCase attention_case(int64_t B, int64_t H, int64_t L, int64_t dh, Direction dir
     if (masked) in.mask = attention_mask(draw, B, L, dir == Direction::causal);
     return in;
   };
-  c.reference = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
-    return attention_reference(x[0], x[1], x[2], mask, dir);
+  c.op_args = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
+    return std::vector<c10::IValue>{x[0], x[1], x[2], optional(mask), to_string(dir)};
   };
-  c.kernel = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
-    return attention_kernel(x[0], x[1], x[2], mask, dir);
-  };
+  dispatch_both(c);
   c.at_shape = [=](int64_t b, int64_t l, int64_t d) {
     if (d % dh)
       throw std::invalid_argument("attention: D = " + std::to_string(d) +
@@ -306,12 +335,10 @@ OpCase extractor_case(int64_t B, int64_t t, int64_t D, int64_t l) {
                          true, -1, false});
     return in;
   };
-  c.reference = [](const std::vector<at::Tensor>& x, const at::Tensor&) {
-    return extractor_conv_reference(x[0], x[1]);
+  c.op_args = [](const std::vector<at::Tensor>& x, const at::Tensor&) {
+    return std::vector<c10::IValue>{x[0], x[1]};
   };
-  c.kernel = [](const std::vector<at::Tensor>& x, const at::Tensor&) {
-    return extractor_conv_fft(x[0], x[1]);
-  };
+  dispatch_both(c);
   c.at_shape = [](int64_t b, int64_t L, int64_t d) { return extractor_case(b, L, d, L); };
   return c;
 }

@@ -112,7 +112,7 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
     at::Tensor af = a.to(dtype).requires_grad_(true), vf = v.to(dtype).requires_grad_(true);
     at::Tensor wf = w.to(dtype).requires_grad_(true);
     at::Tensor o =
-        seqmix::ops::aib_scan_fused(af, vf, wf, mask, Direction::causal, AIBWeights::prefix_exp);
+        seqmix::ops::aib_scan_kernel(af, vf, wf, mask, Direction::causal, AIBWeights::prefix_exp);
     ASSERT_TRUE(at::isfinite(o).all().item<bool>()) << dtype;
     EXPECT_LT(seqmix::testing::max_abs_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10) << dtype;
     o.sum().backward();
@@ -125,7 +125,7 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
   v.requires_grad_(true);
   w.requires_grad_(true);
   auto f = [&](const std::vector<at::Tensor>& x) {
-    return seqmix::ops::aib_scan_fused(x[0], x[1], x[2], mask, Direction::causal,
+    return seqmix::ops::aib_scan_kernel(x[0], x[1], x[2], mask, Direction::causal,
                                        AIBWeights::prefix_exp);
   };
   seqmix::testing::expect_gradients_match_fd(f, {a, v, w}, 24, 1e-6, 1e-5, 1e-4);
@@ -139,7 +139,7 @@ TEST(AIBFusedStability, FullyPaddedRowsGiveZeroOutputAndGradient) {
     at::Tensor mask = at::ones({2, 40}, at::kBool);
     mask[0].fill_(false);
     for (auto dir : {Direction::causal, Direction::bidirectional}) {
-      at::Tensor o = seqmix::ops::aib_scan_fused(a, v, w, mask, dir, AIBWeights::prefix_exp);
+      at::Tensor o = seqmix::ops::aib_scan_kernel(a, v, w, mask, dir, AIBWeights::prefix_exp);
       EXPECT_EQ(o[0].abs().sum().item<double>(), 0.0);
       EXPECT_TRUE(at::isfinite(o).all().item<bool>());
       (o * at::randn_like(o)).sum().backward();
@@ -160,12 +160,12 @@ TEST(AIBFused, NonContiguousInputsAndOddChannelCounts) {
   at::Tensor a = big.narrow(2, 0, 6).transpose(0, 0), v = big.narrow(2, 1, 6);  // strided
   at::Tensor w = at::randn({6, 6}, at::kDouble);
   for (auto dir : {Direction::causal, Direction::bidirectional})
-    EXPECT_TRUE(at::allclose(seqmix::ops::aib_scan_fused(a, v, w, {}, dir, AIBWeights::exp),
+    EXPECT_TRUE(at::allclose(seqmix::ops::aib_scan_kernel(a, v, w, {}, dir, AIBWeights::exp),
                              seqmix::ops::aib_scan_reference(a, v, w, {}, dir, AIBWeights::exp),
                              1e-10, 1e-10));
   at::Tensor a3 = at::randn({1, 9, 3}, at::kDouble), v3 = at::randn({1, 9, 3}, at::kDouble);
   EXPECT_TRUE(at::allclose(
-      seqmix::ops::aib_scan_fused(a3, v3, at::randn({4, 3}, at::kDouble), {}, Direction::causal,
+      seqmix::ops::aib_scan_kernel(a3, v3, at::randn({4, 3}, at::kDouble), {}, Direction::causal,
                                   AIBWeights::ones),
       seqmix::ops::aib_scan_reference(a3, v3, {}, {}, Direction::causal, AIBWeights::ones), 1e-10,
       1e-10));

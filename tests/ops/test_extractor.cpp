@@ -68,7 +68,7 @@ TEST(ExtractorConvErrors, SequenceLongerThanWindowIsRejected) {
     try {
       ops::extractor_conv(x, w, impl);
       FAIL() << "no error";
-    } catch (const std::invalid_argument& e) {
+    } catch (const c10::ValueError& e) {
       EXPECT_NE(std::string(e.what()).find("t = 9 exceeds the number of lag matrices l = 8"),
                 std::string::npos)
           << e.what();
@@ -77,11 +77,11 @@ TEST(ExtractorConvErrors, SequenceLongerThanWindowIsRejected) {
 }
 
 TEST(ExtractorConvErrors, ShapeAndDtypeMismatchesAreRejected) {
-  EXPECT_THROW(ops::extractor_conv(at::randn({1, 4, 5}), at::randn({8, 4, 4})),
-               std::invalid_argument);
-  EXPECT_THROW(ops::extractor_conv(at::randn({4, 4}), at::randn({8, 4, 4})), std::invalid_argument);
+  // c10::ValueError: a ValueError in Python, like every op's argument error.
+  EXPECT_THROW(ops::extractor_conv(at::randn({1, 4, 5}), at::randn({8, 4, 4})), c10::ValueError);
+  EXPECT_THROW(ops::extractor_conv(at::randn({4, 4}), at::randn({8, 4, 4})), c10::ValueError);
   EXPECT_THROW(ops::extractor_conv(at::randn({1, 4, 4}), at::randn({8, 4, 4}, at::kDouble)),
-               std::invalid_argument);
+               c10::ValueError);
   EXPECT_THROW(ops::parse_backend("gemm"), std::invalid_argument);
 }
 

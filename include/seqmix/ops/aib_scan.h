@@ -71,9 +71,15 @@ at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                                 const at::Tensor& mask, Direction direction, AIBWeights weights);
 
-/// The fused CPU kernel (src/ops/cpu/aib_scan_kernel.h) as a torch::autograd::Function:
-/// forward and backward in float32 and float64 (and bfloat16 A, V: common.h), gradients for
-/// A, V and w.
+/// The op `seqmix::aib_scan` of PyTorch's dispatcher (torch.ops.seqmix.aib_scan in Python),
+/// schema
+///   aib_scan(Tensor a, Tensor v, Tensor? w, Tensor? mask=None, str direction="causal",
+///            str weights="prefix_exp") -> Tensor
+/// implemented per dispatch key (src/ops/aib_scan_kernel.cpp): CPU, the fused kernel
+/// (src/ops/cpu/aib_scan_kernel.h); Autograd, its hand-written backward, itself the op
+/// seqmix::_aib_scan_backward; Meta, shapes and dtypes alone (fake tensors: torch.compile,
+/// torch.export); AutocastCPU, autocast switched off inside the op (common.h's rule). Forward
+/// and backward in float32 and float64 (and bfloat16 A, V), gradients for A, V and w.
 ///
 /// Same contract as aib_scan_reference, with a stronger numerical guarantee: no overflow and
 /// no NaN wherever the exact result is finite. Method (details in src/ops/cpu/):
@@ -101,10 +107,12 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// derivatives: gradient penalties, Hessian-vector products) backward differentiates
 /// aib_scan_reference at the saved inputs instead, so its gradients carry a graph.
 /// Non-contiguous inputs are copied to contiguous ones first.
-at::Tensor aib_scan_fused(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                          const at::Tensor& mask, Direction direction, AIBWeights weights);
+at::Tensor aib_scan_kernel(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                           const at::Tensor& mask, Direction direction, AIBWeights weights);
 
-/// The op the layers call: the fused kernel (Backend::kernel, the default) or the reference.
+/// The op the layers call: the fused kernel (Backend::kernel, the default: seqmix::aib_scan)
+/// or the reference (seqmix::aib_scan_reference, CompositeImplicitAutograd), both through
+/// the dispatcher.
 /// `direction`: causal (decoder, Algorithm 1) or bidirectional (encoder, Algorithm 2).
 /// Same contract as aib_scan_reference.
 ///

@@ -30,9 +30,9 @@ at::Tensor extractor_conv_reference(const at::Tensor& x, const at::Tensor& w);
 /// and the first t positions give ext. O(t log t B D + t B D^2) work instead of O(t^2 B D^2).
 /// Gradients flow through ATen's FFT and matmul derivatives. Same contract as the reference;
 /// results agree to rounding (float32: ~1e-6 relative).
-at::Tensor extractor_conv_fft(const at::Tensor& x, const at::Tensor& w);
+at::Tensor extractor_conv_kernel(const at::Tensor& x, const at::Tensor& w);
 
-/// Dispatches: Backend::kernel (the default) runs extractor_conv_fft, Backend::reference the
+/// Dispatches: Backend::kernel (the default) runs extractor_conv_kernel, Backend::reference the
 /// literal per-lag extractor_conv_reference.
 ///
 /// Example:

@@ -8,8 +8,9 @@
 /// every gradient, float64 finite differences, float32 accuracy relative to the reference,
 /// padded rows); `seqmix bench ops` times the cases marked `benchmarked` at its own shapes.
 ///
-/// Adding an op: one family of cases in src/ops/op_cases.cpp (a function making inputs, the
-/// two callables, the configurations that matter); the tests and the benchmark pick it up.
+/// Adding an op: one family of cases in src/ops/op_cases.cpp (a function making inputs, one
+/// mapping them to the registered op's arguments, the configurations that matter); the tests
+/// (C++, and torch.library.opcheck from pytest) and the benchmark pick it up.
 ///
 /// Example:
 /// @code
@@ -19,6 +20,7 @@
 ///   }
 /// @endcode
 #include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
 
 #include <cstdint>
 #include <functional>
@@ -54,6 +56,13 @@ struct OpInputs {
 /// An implementation of the op: the output from the inputs (OpInputs::values()) and the mask.
 using OpFn = std::function<at::Tensor(const std::vector<at::Tensor>&, const at::Tensor& mask)>;
 
+/// The arguments of the registered op for the inputs (OpInputs::values()) and the mask, in
+/// its schema's order with every option spelled out: what the dispatcher (and
+/// torch.library.opcheck) is called with. Tensors derived from the inputs (CES's q and c)
+/// keep their graph back to them.
+using OpArgsFn =
+    std::function<std::vector<c10::IValue>(const std::vector<at::Tensor>&, const at::Tensor& mask)>;
+
 /// One configuration of one op.
 struct OpCase {
   std::string op;               ///< "aib_scan" | "ces_scan" | "attention" | "extractor_conv"
@@ -75,8 +84,10 @@ struct OpCase {
   /// global one is left alone). The same seed gives the same inputs, and the same values in
   /// both dtypes (every value is float32-representable) with the same mask.
   std::function<OpInputs(at::ScalarType dtype, uint64_t seed)> make_inputs;
-  OpFn reference;  ///< the literal ATen reference (Backend::reference)
-  OpFn kernel;     ///< the optimised implementation (Backend::kernel)
+  /// The arguments of `seqmix::<op>` and `seqmix::<op>_reference` (one schema).
+  OpArgsFn op_args;
+  OpFn reference;  ///< seqmix::<op>_reference called through the dispatcher with op_args
+  OpFn kernel;     ///< seqmix::<op> (the optimised implementation), likewise
   /// The same configuration at another shape (benchmarks). Attention keeps its head width
   /// (D must be a multiple of it), the Extractor uses L lag matrices.
   /// @throws std::invalid_argument if the shape does not fit the configuration.
