@@ -83,8 +83,7 @@ void ConfigFlags::add_to(CLI::App* app) {
   app->add_option("--max-len", max_len,
                   "context length in tokens, bytes for byte-level models (model.max_len)");
   app->add_option("--aib-impl", aib_impl,
-                  "AIB scan: kernel (default) or reference (model.aib.impl; fused is the old name "
-                  "of kernel)");
+                  "AIB scan: kernel (default) or reference (model.aib.impl)");
   app->add_option("--set", set, "override any key: section.key=value (repeatable)");
 }
 
@@ -128,8 +127,7 @@ std::vector<std::string> ConfigFlags::overrides() const {
   str("data.task", task);
   str("data.dir", data_dir);
   str("train.precision", precision);
-  // "fused" was the kernel's name before every op's optimised path was called "kernel".
-  str("model.aib.impl", aib_impl == "fused" ? std::string("kernel") : aib_impl);
+  str("model.aib.impl", aib_impl);
   if (!tokenizer.empty()) {
     const auto t = train::tokenizer_overrides(tokenizer);
     o.insert(o.end(), t.begin(), t.end());

@@ -137,15 +137,6 @@ const std::vector<OpRow>& op_rows() {
   return rows;
 }
 
-// Names seqmix 0.1 gave the op rows.
-std::string canonical_name(const std::string& name) {
-  if (name == "aib_fused") return "aib_scan_kernel";
-  if (name == "aib_reference") return "aib_scan_reference";
-  if (name == "ces_kernel") return "ces_scan_kernel";
-  if (name == "ces_fft_reference") return "ces_scan_reference";
-  return name;
-}
-
 void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
   for (auto& p : m.parameters())
     if (p.grad().defined()) p.mutable_grad().reset();
@@ -249,7 +240,7 @@ void run_ops_bench(const OpsBenchOptions& o,
                    const std::function<void(const nlohmann::json&)>& emit) {
   const std::vector<std::string> known = ops_bench_names();
   for (const auto& op : o.ops)
-    if (std::find(known.begin(), known.end(), canonical_name(op)) == known.end()) {
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
       std::string list;
       for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
       throw std::invalid_argument("bench: unknown op '" + op + "' (expected " + list + ")");
@@ -268,7 +259,7 @@ void run_ops_bench(const OpsBenchOptions& o,
   const int64_t max_L = *std::max_element(o.lengths.begin(), o.lengths.end());
   for (int64_t L : o.lengths) {
     for (const auto& given : o.ops) {
-      const std::string op = canonical_name(given);
+      const std::string& op = given;
       // Each case starts on an emptied heap and pool: the free blocks of the triad or of the
       // case before, with other shapes, would only fragment the heap, and they hide memory
       // from MemAvailable, which the skip test reads.

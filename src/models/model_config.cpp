@@ -13,8 +13,7 @@ namespace {
 
 using util::Field;
 
-// New keys take the one spelling of implementations; the old flat keys' "fused" / "fft"
-// are mapped when read (train/config.cpp).
+// Every op's implementations are spelled alike (ops/common.h).
 template <class S>
 typename Field<S>::Check backend(std::string S::*m) {
   return util::one_of<S>(m, {"kernel", "reference"});
@@ -131,20 +130,6 @@ const std::vector<Field<ModelConfig>>& ModelConfig::fields() {
        true},
   };
   return f;
-}
-
-const std::vector<std::pair<std::string, std::string>>& legacy_model_keys() {
-  static const std::vector<std::pair<std::string, std::string>> keys = {
-      {"aib_weights", "aib.weights"},         {"aib_bias", "aib.bias"},
-      {"aib_impl", "aib.impl"},               {"attention_impl", "attention.impl"},
-      {"ces_gate", "ces.gate"},               {"ces_shortcut", "ces.shortcut"},
-      {"ces_normalize", "ces.normalize"},     {"ces_r_min", "ces.r_min"},
-      {"ces_r_max", "ces.r_max"},             {"ces_max_phase", "ces.max_phase"},
-      {"ces_max_lambda", "ces.max_lambda"},   {"ces_impl", "ces.impl"},
-      {"extractor_adjust", "extractor.adjust"}, {"extractor_out_proj", "extractor.out_proj"},
-      {"extractor_impl", "extractor.impl"},
-  };
-  return keys;
 }
 
 namespace {

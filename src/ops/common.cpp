@@ -7,8 +7,6 @@ namespace seqmix::ops {
 Backend parse_backend(const std::string& name) {
   if (name == "kernel") return Backend::kernel;
   if (name == "reference") return Backend::reference;
-  // Spellings of seqmix <= 0.1 (aib_impl = "fused", extractor_impl = "fft").
-  if (name == "fused" || name == "fft") return Backend::kernel;
   throw std::invalid_argument("unknown op backend '" + name + "' (expected kernel or reference)");
 }
 

@@ -839,7 +839,7 @@ void verify_byteorder(const ZipEntries& zip) {
 
 // Everything LibTorch will read from the archive, checked before it reads it (see above).
 // PyTorch 2.x adds `byteorder` and `.data/serialization_id` (a random id of the save) to what
-// earlier releases wrote; archives without them (tests/data/legacy/) are read as well.
+// earlier releases wrote; archives without them (PyTorch 1.x's torch.save) are read as well.
 void verify_contents(const std::string& path, const ZipEntries& zip) {
   const std::string& p = zip.prefix;
   try {

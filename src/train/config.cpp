@@ -281,55 +281,6 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
   return c;
 }
 
-// "deprecated flat keys model.aib_weights, model.aib_bias and 3 more, read in [model.aib],
-// [model.ces]": short enough for one line.
-std::string legacy_note(const std::vector<std::string>& keys,
-                        const std::vector<std::string>& sections) {
-  std::string s = "deprecated flat key" + std::string(keys.size() > 1 ? "s " : " ");
-  for (size_t i = 0; i < keys.size() && i < 2; ++i) s += (i ? ", " : "") + keys[i];
-  if (keys.size() > 2) s += " and " + std::to_string(keys.size() - 2) + " more";
-  s += ", read in ";
-  for (size_t i = 0; i < sections.size(); ++i) s += (i ? ", " : "") + ("[model." + sections[i] + "]");
-  return s;
-}
-
-// The optimised path's old names: aib_impl = "fused", extractor_impl = "fft" (every op's is
-// "kernel" now). Only those two: other values of other keys were errors and stay so.
-bool legacy_kernel_name(const std::string& old_key, const std::string& value) {
-  return (old_key == "aib_impl" && value == "fused") ||
-         (old_key == "extractor_impl" && value == "fft");
-}
-
-// Moves the flat [model] keys written before the mixer sections existed ("aib_weights")
-// to their sections ([model.aib] weights), mapping the old implementation names; prints
-// one note naming them.
-void upgrade_legacy_keys(toml::table& t, const std::string& origin) {
-  toml::table* model = t["model"].as_table();
-  if (!model) return;
-  std::vector<std::string> moved, sections;
-  for (const auto& [old_key, new_key] : models::legacy_model_keys()) {
-    const toml::node* n = model->get(old_key);
-    if (!n) continue;
-    const auto dot = new_key.find('.');
-    const std::string section = new_key.substr(0, dot), key = new_key.substr(dot + 1);
-    toml::table& sub = table_at(t, "model." + section, origin);
-    if (sub.contains(key))
-      throw std::runtime_error(origin + ": both model." + old_key + " (the old name) and model." +
-                               new_key + " are given; keep model." + new_key);
-    const std::optional<std::string> s = n->value<std::string>();
-    if (s && legacy_kernel_name(old_key, *s))
-      sub.insert(key, "kernel");
-    else
-      n->visit([&](const auto& v) { sub.insert(key, v); });
-    model->erase(old_key);
-    moved.push_back("model." + old_key);
-    if (std::find(sections.begin(), sections.end(), section) == sections.end())
-      sections.push_back(section);
-  }
-  if (!moved.empty())
-    std::cerr << "seqmix: note: " << origin << ": " << legacy_note(moved, sections) << "\n";
-}
-
 // A configuration is a few KB and nests three tables deep ([model.aib]); these bounds are far
 // above any real one. They exist because toml++ parses, copies and frees nested tables and
 // arrays recursively: a crafted 100 KB header `[a.a.a....]` 50,000 levels deep overflows
@@ -489,7 +440,6 @@ std::string RunConfig::to_toml() const {
 
 RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
   toml::table t = parse_toml(text, origin);
-  upgrade_legacy_keys(t, origin);
   RunConfig c = from_table(t, origin);
   c.validate();
   return c;
@@ -942,24 +892,21 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
   const std::string file_origin = "config file '" + config_path + "'";
   if (!config_path.empty()) {
     file = parse_toml(read_config_file(config_path), file_origin);
-    upgrade_legacy_keys(file, file_origin);
   }
   // Parse the overrides first: the preset they name decides the base configuration.
   // Each is (dotted key, value, origin).
   std::vector<std::tuple<std::string, toml::table, std::string>> parsed;
-  std::map<std::string, std::string> spelled;  // key -> the old name it was given by, or ""
   std::string family = file["model"]["preset"].value_or(models::ModelConfig().preset);
   std::string size = file["model"]["size"].value_or(std::string());
   std::string task = file["data"]["task"].value_or(std::string());
   const toml::table probe = to_table(RunConfig());
-  std::vector<std::string> legacy, legacy_sections;
   for (const auto& o : overrides) {
     const std::string origin = "override '" + o + "'";
     const auto eq = o.find('=');
     const auto dot = o.find('.');
     if (eq == std::string::npos || dot == std::string::npos || dot > eq)
       throw std::runtime_error(origin + ": expected section.key=value");
-    std::string key = o.substr(0, eq);
+    const std::string key = o.substr(0, eq);
     const std::string value = o.substr(eq + 1);
     // "v = " + value is parsed as a TOML document: a line break would start a second line,
     // which is dropped (a value silently cut short) or read as another key.
@@ -968,18 +915,6 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
                                "give one value per override (--set section.key=value)");
     if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
       throw std::runtime_error(origin + ": expected section.key=value");
-    // The flat names of mixer fields (model.aib_weights) still work, with a note.
-    std::string legacy_key;
-    for (const auto& [old_key, new_key] : models::legacy_model_keys())
-      if (key == "model." + old_key) {
-        legacy_key = old_key;
-        key = "model." + new_key;
-        legacy.push_back("model." + old_key);
-        const std::string section = new_key.substr(0, new_key.find('.'));
-        if (std::find(legacy_sections.begin(), legacy_sections.end(), section) ==
-            legacy_sections.end())
-          legacy_sections.push_back(section);
-      }
     toml::table v;
     try {
       const std::string line = "v = " + value;
@@ -1007,22 +942,11 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
       }
       if (!v.contains("v")) v = toml::table{{"v", value}};  // a bare word is a string
     }
-    if (!legacy_key.empty())
-      if (const auto str = v["v"].value<std::string>(); str && legacy_kernel_name(legacy_key, *str))
-        v = toml::table{{"v", "kernel"}};
-    // An old and a new name for one key would silently let the later one win.
-    if (const auto it = spelled.find(key); it != spelled.end() && it->second != legacy_key)
-      throw std::runtime_error(origin + ": " + key + " is also given as " +
-                               (it->second.empty() ? key : "model." + it->second) +
-                               " (the old and the new name of one key); keep " + key);
-    spelled.emplace(key, legacy_key);
     if (key == "model.preset") family = v["v"].value_or(value);
     if (key == "model.size") size = v["v"].value_or(value);
     if (key == "data.task") task = v["v"].value_or(value);
     parsed.emplace_back(key, std::move(v), origin);
   }
-  if (!legacy.empty())
-    std::cerr << "seqmix: note: overrides: " << legacy_note(legacy, legacy_sections) << "\n";
   RunConfig base;
   if (base_in) {
     base = *base_in;

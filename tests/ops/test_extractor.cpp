@@ -85,12 +85,12 @@ TEST(ExtractorConvErrors, ShapeAndDtypeMismatchesAreRejected) {
   EXPECT_THROW(ops::parse_backend("gemm"), std::invalid_argument);
 }
 
-TEST(OpBackend, ParsesKernelReferenceAndTheOldSpellings) {
+TEST(OpBackend, ParsesKernelAndReferenceOnly) {
   EXPECT_EQ(ops::parse_backend("kernel"), ops::Backend::kernel);
   EXPECT_EQ(ops::parse_backend("reference"), ops::Backend::reference);
-  // seqmix 0.1 wrote aib_impl = "fused" and extractor_impl = "fft".
-  EXPECT_EQ(ops::parse_backend("fused"), ops::Backend::kernel);
-  EXPECT_EQ(ops::parse_backend("fft"), ops::Backend::kernel);
+  // One spelling for each thing: the per-op names of the kernel are not accepted.
+  EXPECT_THROW(ops::parse_backend("fused"), std::invalid_argument);
+  EXPECT_THROW(ops::parse_backend("fft"), std::invalid_argument);
   for (auto b : {ops::Backend::kernel, ops::Backend::reference})
     EXPECT_EQ(ops::parse_backend(ops::to_string(b)), b);
   try {
@@ -176,7 +176,7 @@ TEST(OpRegistry, CasesMoveToBenchmarkShapes) {
 
 TEST(OpsBench, UnknownOpsAreRefusedBeforeAnythingRuns) {
   bench::OpsBenchOptions o;
-  o.ops = {"aib_fused", "flash"};
+  o.ops = {"aib_scan_kernel", "flash"};
   int rows = 0;
   try {
     bench::run_ops_bench(o, [&](const nlohmann::json&) { ++rows; });

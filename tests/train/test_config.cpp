@@ -73,6 +73,31 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(e.find("max_len' must be an integer"), std::string::npos) << e;
 }
 
+TEST(Config, OneSpellingPerKeyAndValue) {
+  // Mixer options live in their sections ([model.aib] weights); a flat key is unknown, and
+  // every op's optimised implementation is "kernel".
+  const std::string dir = seqmix::testing::temp_dir("config-spelling");
+  std::ofstream(dir + "/flat.toml") << "[model]\naib_weights = 'exp'\n";
+  auto e = error_of([&] { train::resolve_config(dir + "/flat.toml", {}); });
+  EXPECT_NE(e.find("model.aib_weights"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"model.ces_gate=true"}); });
+  EXPECT_NE(e.find("model.ces_gate"), std::string::npos) << e;
+  for (const char* o : {"model.aib.impl=fused", "model.extractor.impl=fft"}) {
+    e = error_of([&] { train::resolve_config("", {o}); });
+    EXPECT_NE(e.find("impl"), std::string::npos) << e;
+    EXPECT_NE(e.find("kernel"), std::string::npos) << e;
+  }
+  EXPECT_EQ(train::resolve_config("", {"model.aib.weights=exp"}).model.aib.weights, "exp");
+  // A section given as something other than a table.
+  std::ofstream(dir + "/scalar.toml") << "[model]\naib = 5\n";
+  e = error_of([&] { train::resolve_config(dir + "/scalar.toml", {}); });
+  EXPECT_NE(e.find("model.aib"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {".x=1"}); });
+  EXPECT_NE(e.find("section.key=value"), std::string::npos) << e;
+  e = error_of([&] { train::resolve_config("", {"model..x=1"}); });
+  EXPECT_NE(e.find("section.key=value"), std::string::npos) << e;
+}
+
 TEST(Schedule, WarmupThenCosineToTheFloor) {
   train::TrainConfig t;
   t.lr = 1.0;

@@ -9,10 +9,6 @@
 ///   [model.ces]        complex exponential smoothing (ETSMLP)
 ///   [model.extractor]  the Extractor
 ///
-/// Configurations and checkpoints written before the sections existed hold flat keys
-/// (`model.aib_weights`, `model.ces_gate`, ...); train/config.cpp maps them (legacy_model_keys)
-/// and prints a one-line note.
-///
 /// Example:
 ///   seqmix::models::ModelConfig c;           // weird-net, mini
 ///   c.aib.weights = "exp";                   // [model.aib] weights = "exp"
@@ -134,9 +130,5 @@ struct ModelConfig {
   /// Layers using mixers[j]: i in [0, n_layers) with i % mixers.size() == j.
   int64_t layers_of(size_t j) const;
 };
-
-/// Old flat [model] keys and where they live now, e.g. {"aib_weights", "aib.weights"}.
-/// Their implementation values "fused" (AIB) and "fft" (Extractor) read as "kernel".
-const std::vector<std::pair<std::string, std::string>>& legacy_model_keys();
 
 }  // namespace seqmix::models

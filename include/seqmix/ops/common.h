@@ -33,9 +33,7 @@ enum class Direction {
   bidirectional,  ///< every position (encoder)
 };
 
-/// Parses "kernel" | "reference". The older per-op spellings "fused" (AIB scan) and "fft"
-/// (Extractor convolution) are read as `kernel`, so configurations and checkpoints written
-/// with them keep loading.
+/// Parses "kernel" | "reference".
 /// @throws std::invalid_argument naming the value and the accepted choices.
 Backend parse_backend(const std::string& name);
 /// "kernel" | "reference".
