@@ -249,25 +249,6 @@ TEST(Pathfinder, ExportOptionsAreBounded) {
   EXPECT_LT(PathfinderExport::kMaxCount, 1000003);  // consecutive seeds' images never meet
 }
 
-TEST(Pathfinder, CliRefusesBadExportOptionsWithoutCreatingTheFolder) {
-  const std::string dir = seqmix::testing::temp_dir("pathfinder-cli");
-  const std::string out = dir + "/out";
-  for (const auto& [flags, expect] : std::vector<std::pair<std::string, std::string>>{
-           {"--resolution 100000", "--resolution"},
-           {"--resolution 8", "--resolution"},
-           {"--count 1000000000", "--count"},
-           {"--count 0", "--count"},
-           {"--seed -1", "--seed"},
-       }) {
-    const auto r = seqmix::testing::run_cli("data pathfinder --out " + out + " " + flags);
-    EXPECT_EQ(r.code, 1) << flags << ": " << r.output;
-    EXPECT_NE(r.output.find(expect), std::string::npos) << flags << ": " << r.output;
-    EXPECT_EQ(r.output.find("out of memory"), std::string::npos) << r.output;
-    EXPECT_FALSE(std::filesystem::exists(out)) << flags;
-  }
-  std::filesystem::remove_all(dir);
-}
-
 TEST(Pathfinder, DeterministicSizesRangeBalance) {
   const PathfinderOptions o = small(32, 40, 10, 12);
   const LabelledSplits a = generate_pathfinder(o);
@@ -408,5 +389,4 @@ TEST(Pathfinder, Pgm) {
   bad.pixels.pop_back();
   EXPECT_THROW(pathfinder_to_pgm(bad), std::invalid_argument);
 }
-
 }  // namespace

@@ -20,6 +20,7 @@
 #include "seqmix/train/resolve.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
+#include "support/tiny_run.h"
 #include "support/errors.h"
 
 using seqmix::testing::error_of;
@@ -29,53 +30,10 @@ namespace fs = std::filesystem;
 using seqmix::testing::read_text;
 using seqmix::testing::run_cli;
 
-namespace {
-
-// The CLI flags and the request of one tiny byte-level language model on `corpus`.
-std::string tiny_flags(const std::string& corpus) {
-  return "--model weird-net --size tiny --max-len 32 --batch-size 2 --data " + corpus;
-}
-train::RunRequest tiny_request(const std::string& corpus) {
-  train::RunRequest r;
-  r.overrides = {"model.preset=\"weird-net\"", "model.size=\"tiny\"", "model.max_len=32",
-                 "train.batch_size=2", "data.source=\"" + corpus + "\""};
-  return r;
-}
-
-at::Tensor logits(models::SequenceModel m) {  // a handle: shares the module
-  m->eval();
-  torch::NoGradGuard g;
-  const at::Tensor tokens = at::arange(24, at::kLong).remainder(200).view({2, 12});
-  return m->forward(tokens);
-}
-
-// The model's tensors as a bare state dict (what Python's dict(model.state_dict()) holds).
-c10::Dict<std::string, at::Tensor> state_of(models::SequenceModel& m) {
-  c10::Dict<std::string, at::Tensor> d;
-  for (const auto& p : m->named_parameters()) d.insert(p.key(), p.value().detach().clone());
-  for (const auto& b : m->named_buffers()) d.insert(b.key(), b.value().detach().clone());
-  return d;
-}
-
-void write_pickle(const std::string& path, const c10::IValue& v) {
-  const std::vector<char> bytes = torch::pickle_save(v);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-struct Tiny {
-  std::string dir, corpus;
-  train::RunRequest request;
-  train::RunConfig config;
-  models::SequenceModel model{nullptr};
-  explicit Tiny(const std::string& name)
-      : dir(seqmix::testing::temp_dir(name)), corpus(seqmix::testing::tiny_corpus(dir)),
-        request(tiny_request(corpus)), config(train::resolve_run(request)) {
-    torch::manual_seed(3);
-    model = models::SequenceModel(config.model);
-  }
-};
-
-}  // namespace
+using seqmix::testing::logits;
+using seqmix::testing::state_of;
+using seqmix::testing::Tiny;
+using seqmix::testing::write_pickle;
 
 TEST(Export, SaveRunAndExportGiveIdenticalLogits) {
   Tiny t("export-roundtrip");
@@ -259,82 +217,6 @@ TEST(Export, FilesThatAreNeitherKindAreErrorsNamingTheFile) {
       << load_error(&t.request);
 }
 
-TEST(Export, CliExportImportEvalGenerateResume) {
-  Tiny t("export-cli");
-  const std::string run = t.dir + "/run";
-  train::save_run(run, t.model, t.config, data::Tokenizer::bytes(), 3, false);
-
-  // Resumes with no metrics.jsonl, from the step stored.
-  auto r = run_cli("train --out " + run + " --resume --max-steps 5");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("resuming at step 3"), std::string::npos) << r.output;
-  EXPECT_TRUE(fs::exists(run + "/metrics.jsonl"));
-
-  const std::string file = t.dir + "/wn.pt";
-  r = run_cli("export " + run + " --out " + file);
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("wrote '" + file + "'"), std::string::npos) << r.output;
-  r = run_cli("export " + run + " --out " + file);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("exists; give --overwrite"), std::string::npos) << r.output;
-  r = run_cli("export " + run + " --out " + run + "/config.toml --overwrite");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("is a run folder's config.toml"), std::string::npos) << r.output;
-
-  // Plain PyTorch reads it with torch.load's defaults (weights_only=True since 2.6).
-  {
-    const std::string py = std::string(SEQMIX_PYTHON) + " -c \"import torch; d = torch.load('" +
-                           file + "'); assert type(d) is dict and type(d['state_dict']) is dict; "
-                           "print(d['format'], d['version'], d['config']['model']['size'], "
-                           "d['tokenizer'], len(d['state_dict']))\" 2>&1";
-    FILE* p = popen(py.c_str(), "r");
-    std::string out;
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    EXPECT_EQ(pclose(p), 0) << out;
-    EXPECT_NE(out.find("seqmix.export 1 tiny bytes"), std::string::npos) << out;
-  }
-
-  const std::string imported = t.dir + "/imported";
-  r = run_cli("import " + file + " --out " + imported + " --model weird-net");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("applies only to a bare state dict"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(imported));
-  r = run_cli("import " + file + " --out " + imported);
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_cli("import " + file + " --out " + imported);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
-  EXPECT_EQ(run_cli("import " + file + " --out " + imported + " --overwrite").code, 0);
-
-  r = run_cli("eval " + imported + " --max-bytes 200");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(seqmix::testing::json_lines(r.output).size(), 1u) << r.output;
-  r = run_cli("generate " + imported + " --prompt 'the ' --max-new-tokens 8 --seed 1");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_cli("train --out " + imported + " --resume --max-steps 2");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("resuming at step 0"), std::string::npos) << r.output;
-
-  // A bare state dict needs its configuration on the command line.
-  const std::string sd = t.dir + "/sd.pt";
-  write_pickle(sd, state_of(t.model));
-  r = run_cli("import " + sd + " --out " + t.dir + "/bare");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("holds no configuration"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(t.dir + "/bare"));
-  r = run_cli("import " + sd + " --out " + t.dir + "/bare " + tiny_flags(t.corpus));
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_TRUE(at::equal(logits(train::load_run(t.dir + "/bare").model), logits(t.model)));
-  r = run_cli("import " + sd + " --out " + t.dir + "/bare2 --model weird-net --size tiny");
-  EXPECT_EQ(r.code, 1);  // the preset's max_len: the positions do not fit
-  EXPECT_NE(r.output.find("parameter 'pos_emb' has shape [32, 64], the model's is [128, 64]"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(t.dir + "/bare2"));
-}
-
-// A SentencePiece run (named for the tokenizer tests that scripts/sanitize.sh leaves out).
 TEST(BpeRun, ExportKeepsItsTokenizer) {
   Tiny t("export-bpe");
   const auto corpus = data::ByteCorpus::load(t.corpus, "");

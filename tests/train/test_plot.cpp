@@ -18,10 +18,14 @@
 #include "seqmix/train/plot.h"
 #include "seqmix/util/paths.h"
 #include "support/cli.h"
+#include "support/fake_gnuplot.h"
 #include "support/gradcheck.h"
 #include "support/errors.h"
 
 using seqmix::testing::error_of;
+
+using seqmix::testing::fake_failing_gnuplot;
+using seqmix::testing::ScopedPath;
 
 namespace {
 
@@ -41,35 +45,6 @@ bool has_private_dirs(const std::string& dir) {
   return false;
 }
 
-// Sets PATH for the scope of the object.
-class ScopedPath {
- public:
-  explicit ScopedPath(const std::string& path) {
-    const char* old = std::getenv("PATH");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv("PATH", path.c_str(), 1);
-  }
-  ~ScopedPath() {
-    if (had_)
-      ::setenv("PATH", old_.c_str(), 1);
-    else
-      ::unsetenv("PATH");
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
-
-// A folder holding an executable `gnuplot` that prints a message and exits 1.
-std::string fake_failing_gnuplot(const std::string& dir) {
-  const std::string bin = dir + "/fakebin";
-  fs::create_directories(bin);
-  std::ofstream(bin + "/gnuplot") << "#!/bin/sh\necho 'fake gnuplot: broken' >&2\nexit 1\n";
-  ::chmod((bin + "/gnuplot").c_str(), 0755);
-  return bin;
-}
 
 // A run folder as the trainer leaves it: config.toml and metrics.jsonl (`lines`).
 void write_run(const std::string& dir, const std::vector<nlohmann::json>& lines,
@@ -560,77 +535,6 @@ TEST(Compare, ScriptNamesNoPathTwoPanelsAndFailingGnuplotFails) {
   EXPECT_EQ(train::read_metrics(out + "/summary.jsonl").size(), 2u);
   EXPECT_FALSE(fs::exists(out + "/compare.png"));
   EXPECT_TRUE(fs::exists(out + "/b/checkpoint.pt"));
-}
-
-// ---------------------------------------------------------------------------------------------
-// The command line
-
-const std::string kTiny =
-    " --size tiny --max-len 16 --batch-size 2 --max-steps 3 --threads 1 --seeds 1"
-    " --run 'a=transformer'";
-
-TEST(CliCompare, OutWithANewlineIsRefusedAndRunsNothing) {
-  const std::string dir = seqmix::testing::temp_dir("cli-compare-newline");
-  const std::string data = seqmix::testing::tiny_corpus(dir);
-  // A single-quoted shell word holding a newline and a gnuplot command.
-  const auto r = run_cli("compare --data " + data + kTiny + " --out '" + dir +
-                         "/out\nsystem(\"touch " + dir + "/PWNED\")\n'");
-  EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("--out"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("control character"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(dir + "/PWNED"));
-  for (const auto& entry : fs::directory_iterator(dir))
-    EXPECT_EQ(entry.path().filename(), "c.txt") << "created: " << entry.path();
-}
-
-TEST(CliCompare, DataPathWithAControlCharacterIsRefused) {
-  const std::string dir = seqmix::testing::temp_dir("cli-compare-data");
-  seqmix::testing::tiny_corpus(dir);
-  const auto r = run_cli("compare --data '" + dir + "/c.txt\t'" + kTiny + " --out " + dir + "/out");
-  EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("--data"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("control character"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(dir + "/out/a"));
-}
-
-TEST(CliCompare, FailsWhenGnuplotFails) {
-  const std::string dir = seqmix::testing::temp_dir("cli-compare-gnuplot");
-  const std::string data = seqmix::testing::tiny_corpus(dir);
-  const std::string bin = fake_failing_gnuplot(dir);
-  const auto r = run_cli("compare --data " + data + kTiny + " --out " + dir + "/out",
-                         "PATH=" + bin + ":/usr/bin:/bin");
-  EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("gnuplot failed (exit status 1): fake gnuplot: broken"),
-            std::string::npos) << r.output;
-  EXPECT_EQ(train::read_metrics(dir + "/out/summary.jsonl").size(), 1u);
-  EXPECT_FALSE(fs::exists(dir + "/out/compare.png"));
-}
-
-// `seqmix plot` is wired in apps/seqmix/main.cpp; until it is, these tests are skipped.
-bool cli_has_plot() { return run_cli("plot --help").output.find("--metric") != std::string::npos; }
-
-TEST(CliPlot, DrawsATrainedRunAndNamesBadInput) {
-  if (!cli_has_plot()) GTEST_SKIP() << "`seqmix plot` is not wired into the CLI yet";
-  const std::string dir = seqmix::testing::temp_dir("cli-plot");
-  const std::string data = seqmix::testing::tiny_corpus(dir);
-  auto r = run_cli("train --size tiny --max-len 32 --batch-size 4 --max-steps 3 --threads 1 "
-                   "--data " + data + " --out " + dir + "/run");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_cli("plot " + dir + "/run");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_TRUE(is_png(dir + "/run/plot_bpc.png")) << r.output;
-  r = run_cli("plot " + dir + "/run " + dir + "/run --metric lr --out " + dir + "/lr.svg");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(read_text(dir + "/lr.svg").find("<svg"), std::string::npos);
-  r = run_cli("plot " + dir + "/run --metric accuracy");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("no run has 'accuracy'"), std::string::npos) << r.output;
-  r = run_cli("plot " + dir + "/missing");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("'" + dir + "/missing' does not exist"), std::string::npos) << r.output;
-  r = run_cli("plot " + dir + "/run --out '" + dir + "/x\ny.png'");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("control character"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -203,37 +203,4 @@ TEST(Progress, EvaluationReportsItsProgress) {
 
 // Training as a user runs it: through a pipe (plain lines), and on a 40-column terminal (a
 // pseudo-terminal from script(1)), where every redraw of the bar fits 39 columns.
-TEST(Progress, TrainingOutputOnAPipeAndOnANarrowTerminal) {
-  const std::string dir = seqmix::testing::temp_dir("progress");
-  const std::string corpus = seqmix::testing::tiny_corpus(dir);
-  const std::string args = "train --size tiny --max-len 32 --batch-size 4 --max-steps 3 "
-                           "--threads 1 --data " + corpus + " --out ";
-  const auto piped = seqmix::testing::run_cli(args + dir + "/piped");
-  ASSERT_EQ(piped.code, 0) << piped.output;
-  EXPECT_EQ(piped.output.find('\r'), std::string::npos) << piped.output;
-  EXPECT_EQ(piped.output.find('\033'), std::string::npos) << piped.output;
-  EXPECT_NE(piped.output.find("steps/s"), std::string::npos) << piped.output;
-
-  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
-  const std::string log = dir + "/tty.log";
-  const std::string cmd = "stty cols 40 rows 24; " + seqmix::testing::seqmix_bin() + " " + args +
-                          dir + "/tty 2>&1";
-  const std::string shell = "script -qec '" + cmd + "' /dev/null > " + log + " 2>&1";
-  ASSERT_EQ(std::system(shell.c_str()), 0) << seqmix::testing::read_text(log);
-  const std::string out = seqmix::testing::read_text(log);
-  // A bar is what follows a carriage return and ends in the erase escape.
-  int bars = 0;
-  for (size_t at = 0; (at = out.find('\r', at)) != std::string::npos; ++at) {
-    const size_t end = out.find("\033[K", at);
-    if (end == std::string::npos) continue;
-    const std::string bar = out.substr(at + 1, end - at - 1);
-    if (bar.find('\r') != std::string::npos || bar.find('\n') != std::string::npos) continue;
-    if (bar.rfind("train", 0) != 0) continue;
-    ++bars;
-    EXPECT_LE(columns(bar), 39) << "'" << bar << "'";
-  }
-  EXPECT_GE(bars, 1) << out;
-  std::filesystem::remove_all(dir);
-}
-
 }  // namespace
