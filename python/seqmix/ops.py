@@ -183,9 +183,9 @@ def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
     if not isinstance(coef, tuple) or len(coef) != 3:
         raise TypeError("coef: expected the CESCoefficients that ces_coefficients returns, "
                         f"got {type(coef).__name__}")
-    q, _, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
+    _, mu, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
     op = _op("ces_scan", impl)
-    return op(x, q, c, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS))
+    return op(x, mu, c, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS))
 
 
 def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):

@@ -31,14 +31,14 @@ void check_param(const char* fn, const char* name, const at::Tensor& t,
               " must be float32, float64 or bfloat16, got ", t.scalar_type());
 }
 
-void check_scan(const char* fn, const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+void check_scan(const char* fn, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                 const at::Tensor& mask, Direction direction) {
   TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
               x.defined() ? x.sym_sizes() : c10::SymIntArrayRef{});
   TORCH_CHECK(detail::activation_dtype_ok(x.scalar_type()), fn,
               ": x must be float32, float64 or bfloat16, got ", x.scalar_type());
   const c10::SymInt C = direction == Direction::bidirectional ? 2 * x.sym_size(2) : x.sym_size(2);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"q", q}, {"c", c}}) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"mu", mu}, {"c", c}}) {
     check_param(fn, name, t, C);
     TORCH_CHECK(detail::param_dtype_fits(t.scalar_type(), x.scalar_type()), fn, ": ", name,
                 " dtype ", t.scalar_type(), " does not go with x dtype ", x.scalar_type(),
@@ -107,24 +107,17 @@ void run_items(const cpu::CESScanParams<T, S>& p, Kernel kernel) {
   });
 }
 
-// mu = exp(q) as (real, imaginary) pairs, in the kernel's arithmetic type -- the formula of
-// ces_coefficients, so the kernel reads the same mu the layer's step does.
-at::Tensor mu_of(const at::Tensor& q) {
-  const at::Tensor q32 = detail::widen(q);
-  const at::Tensor mag = at::exp(re(q32));
-  return at::stack({mag * at::cos(im(q32)), mag * at::sin(im(q32))}, 1).contiguous();
-}
-
 // ---- CPU ----
 
-at::Tensor ces_scan_cpu(const at::Tensor& x_in, const at::Tensor& q, const at::Tensor& c_in,
+at::Tensor ces_scan_cpu(const at::Tensor& x_in, const at::Tensor& mu_in, const at::Tensor& c_in,
                         const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
   const at::Tensor mask = detail::or_undefined(mask_opt);
   const Direction dir = detail::direction_arg("ces_scan", direction);
-  check_scan("ces_scan", x_in, q, c_in, mask, dir);
+  check_scan("ces_scan", x_in, mu_in, c_in, mask, dir);
   // bfloat16 x goes into the kernel as it is (read and written in bfloat16, computed in
   // float32); its coefficients are widened to float32.
-  const at::Tensor x = x_in.contiguous(), mu = mu_of(q), c = detail::widen(c_in).contiguous();
+  const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
+  const at::Tensor c = detail::widen(c_in).contiguous();
   const at::Tensor m = mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
   at::Tensor y = at::empty_like(x);
   if (x.numel() == 0) return y;
@@ -139,12 +132,13 @@ at::Tensor ces_scan_cpu(const at::Tensor& x_in, const at::Tensor& q, const at::T
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cpu(
-    const at::Tensor& grad, const at::Tensor& x_in, const at::Tensor& q, const at::Tensor& c_in,
+    const at::Tensor& grad, const at::Tensor& x_in, const at::Tensor& mu_in, const at::Tensor& c_in,
     const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
   const at::Tensor mask = detail::or_undefined(mask_opt);
   const Direction dir = detail::direction_arg("_ces_scan_backward", direction);
-  check_scan("_ces_scan_backward", x_in, q, c_in, mask, dir);
-  const at::Tensor x = x_in.contiguous(), mu = mu_of(q), c = detail::widen(c_in).contiguous();
+  check_scan("_ces_scan_backward", x_in, mu_in, c_in, mask, dir);
+  const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
+  const at::Tensor c = detail::widen(c_in).contiguous();
   const at::Tensor m = mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
   const at::Tensor gy = grad.to(x.scalar_type()).contiguous();
   at::Tensor gx = at::empty_like(x);
@@ -165,31 +159,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cpu(
   } else {
     gx.zero_();
   }
-  // mu = exp(q) is holomorphic: the gradient of q is conj(mu) times that of mu (PyTorch's
-  // convention for complex gradients), written out on (real, imaginary) pairs.
-  const at::Tensor g = gmu.sum(0), md = mu.to(at::kDouble);
-  const at::Tensor gr = re(g), gi = im(g), mr = re(md), mi = im(md);
-  const at::Tensor gq = at::stack({gr * mr + gi * mi, gi * mr - gr * mi}, 1);
-  return {gx, gq.to(q.scalar_type()), gc.sum(0).to(c_in.scalar_type())};
+  return {gx, gmu.sum(0).to(mu_in.scalar_type()), gc.sum(0).to(c_in.scalar_type())};
 }
 
 // ---- Meta ----
 
-at::Tensor ces_scan_meta(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+at::Tensor ces_scan_meta(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                          const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  check_scan("ces_scan", x, q, c, detail::or_undefined(mask),
+  check_scan("ces_scan", x, mu, c, detail::or_undefined(mask),
              detail::direction_arg("ces_scan", direction));
   return at::empty_like(x, at::MemoryFormat::Contiguous);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_meta(
-    const at::Tensor& grad, const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+    const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
     const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  check_scan("_ces_scan_backward", x, q, c, detail::or_undefined(mask),
+  check_scan("_ces_scan_backward", x, mu, c, detail::or_undefined(mask),
              detail::direction_arg("_ces_scan_backward", direction));
   (void)grad;
   return {at::empty_like(x, at::MemoryFormat::Contiguous),
-          at::empty_like(q, at::MemoryFormat::Contiguous),
+          at::empty_like(mu, at::MemoryFormat::Contiguous),
           at::empty_like(c, at::MemoryFormat::Contiguous)};
 }
 
@@ -204,52 +193,52 @@ using BackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
 class CESScanFunction : public torch::autograd::Function<CESScanFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& q, const at::Tensor& c,
+                            const at::Tensor& mu, const at::Tensor& c,
                             const std::optional<at::Tensor>& mask, const std::string& direction) {
-    ctx->save_for_backward({x, q, c, detail::or_undefined(mask)});
+    ctx->save_for_backward({x, mu, c, detail::or_undefined(mask)});
     ctx->saved_data["direction"] = direction;
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
-    return op.call(x, q, c, mask, direction);
+    return op.call(x, mu, c, mask, direction);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &q = saved[1], &c = saved[2], &mask = saved[3];
+    const at::Tensor &x = saved[0], &mu = saved[1], &c = saved[2], &mask = saved[3];
     const std::string direction = ctx->saved_data["direction"].toStringRef();
     if (detail::differentiable_backward()) {
       auto g = detail::reference_backward(
           [&](const std::vector<at::Tensor>& in) {
-            return ces_scan_reference(in[0], CESCoefficients{in[1], at::Tensor(), in[2]}, mask,
+            return ces_scan_reference(in[0], CESCoefficients{at::Tensor(), in[1], in[2]}, mask,
                                       detail::direction_arg("ces_scan", direction));
           },
-          {x, q, c}, grads[0]);
+          {x, mu, c}, grads[0]);
       return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
     }
     static const auto op = detail::find_op<BackwardSignature>("seqmix::_ces_scan_backward");
-    auto [gx, gq, gc] = op.call(grads[0], x, q, c, detail::optional(mask), direction);
-    return {gx, gq, gc, at::Tensor(), at::Tensor()};
+    auto [gx, gmu, gc] = op.call(grads[0], x, mu, c, detail::optional(mask), direction);
+    return {gx, gmu, gc, at::Tensor(), at::Tensor()};
   }
 };
 
-at::Tensor ces_scan_autograd(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+at::Tensor ces_scan_autograd(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                              const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  return CESScanFunction::apply(x, q, c, mask, std::string(direction));
+  return CESScanFunction::apply(x, mu, c, mask, std::string(direction));
 }
 
 // ---- AutocastCPU: the op computes in the dtypes its contract names (common.h) ----
 
-at::Tensor ces_scan_autocast(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+at::Tensor ces_scan_autocast(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                              const std::optional<at::Tensor>& mask, c10::string_view direction) {
   const detail::AutocastOff autocast_off;
   static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
-  return op.call(x, q, c, mask, direction);
+  return op.call(x, mu, c, mask, direction);
 }
 
-at::Tensor reference_op(const at::Tensor& x, const at::Tensor& q, const at::Tensor& c,
+at::Tensor reference_op(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                         const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  return ces_scan_reference(x, CESCoefficients{q, at::Tensor(), c}, detail::or_undefined(mask),
+  return ces_scan_reference(x, CESCoefficients{at::Tensor(), mu, c}, detail::or_undefined(mask),
                             detail::direction_arg("ces_scan_reference", direction));
 }
 
@@ -295,11 +284,11 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
                               const at::Tensor& mask, Direction direction) {
-  check_scan("ces_scan_reference", x, coef.q, coef.c, mask, direction);
+  check_scan("ces_scan_reference", x, coef.mu, coef.c, mask, direction);
   const detail::AutocastOff autocast_off;
   if (detail::is_bf16(x))
     return ces_scan_reference(detail::widen(x),
-                              CESCoefficients{detail::widen(coef.q), at::Tensor(),
+                              CESCoefficients{at::Tensor(), detail::widen(coef.mu),
                                               detail::widen(coef.c)},
                               mask, direction)
         .to(at::kBFloat16);
@@ -307,11 +296,14 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
   const int64_t L = detail::concrete(x.sym_size(1)), H = detail::concrete(x.sym_size(2));
   if (L == 0 || H == 0 || detail::concrete(x.sym_size(0)) == 0) return at::zeros_like(x);
   at::Tensor xm = mask.defined() ? x.masked_fill(mask.logical_not().unsqueeze(-1), 0) : x;
-  // Vandermonde kernel K[n] = Re(c exp(n q)), [C, L].
+  // Vandermonde kernel K[n] = Re(c mu^n) = Re(c |mu|^n e^{i n arg mu}), [C, L] (|mu|^0 = 1
+  // even for mu = 0).
   const at::Tensor n = at::arange(L, x.options()).unsqueeze(0);
-  const at::Tensor qr = re(coef.q).unsqueeze(1), qi = im(coef.q).unsqueeze(1);
-  const at::Tensor decay = at::exp(n * qr);
-  const at::Tensor vr = decay * at::cos(n * qi), vi = decay * at::sin(n * qi);
+  const at::Tensor mr = re(coef.mu), mi = im(coef.mu);
+  const at::Tensor mag = at::sqrt(mr * mr + mi * mi).unsqueeze(1);
+  const at::Tensor angle = at::atan2(mi, mr).unsqueeze(1);
+  const at::Tensor decay = at::pow(mag, n);
+  const at::Tensor vr = decay * at::cos(n * angle), vi = decay * at::sin(n * angle);
   const at::Tensor kernel = re(coef.c).unsqueeze(1) * vr - im(coef.c).unsqueeze(1) * vi;
   at::Tensor k2l;  // [H, 2L] circular kernel
   if (direction == Direction::causal) {
@@ -331,31 +323,31 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 at::Tensor ces_scan_kernel(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                            Direction direction) {
   static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan");
-  return op.call(x, coef.q, coef.c, detail::optional(mask), to_string(direction));
+  return op.call(x, coef.mu, coef.c, detail::optional(mask), to_string(direction));
 }
 
 at::Tensor ces_scan(const at::Tensor& x, const CESCoefficients& coef, const at::Tensor& mask,
                     Direction direction, Backend backend) {
   if (backend == Backend::kernel) return ces_scan_kernel(x, coef, mask, direction);
   static const auto op = detail::find_op<ScanSignature>("seqmix::ces_scan_reference");
-  return op.call(x, coef.q, coef.c, detail::optional(mask), to_string(direction));
+  return op.call(x, coef.mu, coef.c, detail::optional(mask), to_string(direction));
 }
 
 // The schemas: ces_scan is implemented per dispatch key above (its backward is the op
 // _ces_scan_backward); the reference, the authors' FFT form, is ATen code
-// (CompositeImplicitAutograd). Both are functions of x, q and c: mu = exp(q) is derived.
+// (CompositeImplicitAutograd). Both are functions of x, mu and c (eq. 10's lambda and c).
 TORCH_LIBRARY_FRAGMENT(seqmix, m) {
   const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
   m.def(
-      "ces_scan(Tensor x, Tensor q, Tensor c, Tensor? mask=None, str direction=\"causal\") -> "
+      "ces_scan(Tensor x, Tensor mu, Tensor c, Tensor? mask=None, str direction=\"causal\") -> "
       "Tensor",
       tags);
   m.def(
-      "ces_scan_reference(Tensor x, Tensor q, Tensor c, Tensor? mask=None, "
+      "ces_scan_reference(Tensor x, Tensor mu, Tensor c, Tensor? mask=None, "
       "str direction=\"causal\") -> Tensor",
       tags);
   m.def(
-      "_ces_scan_backward(Tensor grad, Tensor x, Tensor q, Tensor c, Tensor? mask, "
+      "_ces_scan_backward(Tensor grad, Tensor x, Tensor mu, Tensor c, Tensor? mask, "
       "str direction) -> (Tensor, Tensor, Tensor)",
       tags);
   m.impl("ces_scan_reference", c10::DispatchKey::CompositeImplicitAutograd, &reference_op);

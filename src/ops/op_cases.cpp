@@ -224,7 +224,7 @@ OpCase ces_case(int64_t B, int64_t L, int64_t H, Direction dir, bool normalize, 
   // checked all the way to the layer's parameters.
   c.op_args = [=](const std::vector<at::Tensor>& x, const at::Tensor& mask) {
     const CESCoefficients coef = ces_coefficients(x[1], x[2], x[3], 0.9999, normalize);
-    return std::vector<c10::IValue>{x[0], coef.q, coef.c, optional(mask), to_string(dir)};
+    return std::vector<c10::IValue>{x[0], coef.mu, coef.c, optional(mask), to_string(dir)};
   };
   dispatch_both(c);
   c.at_shape = [=](int64_t b, int64_t l, int64_t d) {

@@ -60,20 +60,20 @@ def test_compile_fullgraph_matches_eager():
     a = torch.randn(B, L, D, generator=g, requires_grad=True)
     v = torch.randn(B, L, D, generator=g, requires_grad=True)
     w = (0.3 * torch.randn(so.aib_num_levels(L), D, generator=g)).requires_grad_()
-    qc = torch.tensor([[-0.2, 0.3]] * D, requires_grad=True)
+    mu = torch.tensor([[0.7, 0.2]] * D, requires_grad=True)
     cc = torch.tensor([[0.5, -0.1]] * D, requires_grad=True)
     wx = (0.2 * torch.randn(L, D, D, generator=g)).requires_grad_()
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[1, -3:] = False
 
-    def f(a, v, w, qc, cc, wx):
+    def f(a, v, w, mu, cc, wx):
         o = torch.ops.seqmix.aib_scan(a, v, w, mask)
-        o = torch.ops.seqmix.ces_scan(o, qc, cc, mask)
+        o = torch.ops.seqmix.ces_scan(o, mu, cc, mask)
         h = o.view(B, L, 2, D // 2).transpose(1, 2)
         o = torch.ops.seqmix.attention(h, h, h, mask).transpose(1, 2).reshape(B, L, D)
         return torch.ops.seqmix.extractor_conv(o, wx)
 
-    inputs = (a, v, w, qc, cc, wx)
+    inputs = (a, v, w, mu, cc, wx)
     eager = f(*inputs)
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(*inputs)
     torch.testing.assert_close(compiled, eager)

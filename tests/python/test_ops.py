@@ -140,7 +140,7 @@ def test_extractor_conv_is_eq18():
                          torch.ones(2, 5)), ValueError, "mask"),
     (lambda: so.aib_scan(torch.randint(5, (2, 5, 4)), torch.randint(5, (2, 5, 4)),
                          torch.randn(3, 4)), RuntimeError, "float"),
-    (lambda: so.ces_scan(torch.randn(2, 5, 4), (torch.randn(3, 2),) * 3), RuntimeError, "q must"),
+    (lambda: so.ces_scan(torch.randn(2, 5, 4), (torch.randn(3, 2),) * 3), RuntimeError, "mu must"),
     (lambda: so.ces_scan(torch.randn(2, 5, 4), torch.randn(3)), TypeError, "coef"),
     (lambda: so.attention(torch.randn(2, 2, 5, 4), torch.randn(2, 2, 6, 4),
                           torch.randn(2, 2, 5, 4)), RuntimeError, "k is [2, 2, 6, 4]"),

@@ -47,8 +47,9 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
                                  const at::Tensor& log_beta, double max_lambda, bool normalize);
 
 /// Reference: the authors' formulation, literally. The Vandermonde kernel
-/// K[n] = Re(c exp(n q)), n = 0 .. L-1 ([C, L]), (bidirectional: [K_fwd, 0 .. 0, flip(K_bwd)]
+/// K[n] = Re(c mu^n), n = 0 .. L-1 ([C, L]), (bidirectional: [K_fwd, 0 .. 0, flip(K_bwd)]
 /// over 2 L), then a circular FFT convolution of length 2 L with the zero-padded input.
+/// Reads coef.mu and coef.c (coef.q may be undefined).
 /// O(B H L log L); autograd through ATen (complex FFTs).
 /// @param x     [B, L, H] float32 or float64, or bfloat16 (mixed precision, common.h).
 /// @param coef  from ces_coefficients, C = H or 2 H as `direction` requires.
@@ -57,9 +58,14 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
                               const at::Tensor& mask, Direction direction);
 
+/// The op `seqmix::ces_scan` of PyTorch's dispatcher (torch.ops.seqmix.ces_scan), schema
+///   ces_scan(Tensor x, Tensor mu, Tensor c, Tensor? mask=None, str direction="causal")
+///       -> Tensor
+/// with CPU, Autograd (backward: seqmix::_ces_scan_backward), Meta and AutocastCPU kernels
+/// (src/ops/ces_scan.cpp); its reference is seqmix::ces_scan_reference (same schema).
 /// The CPU kernel: the same output as a complex diagonal linear recurrence over L, vectorised
-/// over channels (rows read contiguously), O(B H L). Backward (hand-written, a
-/// torch::autograd::Function): dL/dx by the transposed recurrence run in reverse,
+/// over channels (rows read contiguously), O(B H L). Backward (hand-written):
+/// dL/dx by the transposed recurrence run in reverse,
 /// dL/dmu and dL/dc by one forward pass that carries s_t and ds_t/dmu (no stored states;
 /// parameter gradients summed in float64); under create_graph=True it differentiates
 /// ces_scan_reference instead, so second derivatives are exact. Same contract as
