@@ -100,3 +100,24 @@ def test_second_derivatives_through_the_kernels(op):
 
     assert torch.autograd.gradgradcheck(f, tuple(args[i] for i in tensors), eps=1e-6,
                                         atol=1e-5)
+
+
+def test_export_keeps_each_op_as_one_node_with_a_dynamic_length():
+    class Mixer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(0.3 * torch.randn(4, 8))
+
+        def forward(self, a, v):
+            o = torch.ops.seqmix.aib_scan(a, v, self.w)
+            h = o.unflatten(2, (2, 4)).transpose(1, 2)
+            return torch.ops.seqmix.attention(h, h, h)
+
+    m = Mixer()
+    a, v = torch.randn(2, 16, 8), torch.randn(2, 16, 8)
+    L = torch.export.Dim("L", min=2, max=16)
+    ep = torch.export.export(m, (a, v), dynamic_shapes=({1: L}, {1: L}))
+    calls = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert "seqmix.aib_scan.default" in calls and "seqmix.attention.default" in calls, calls
+    a2, v2 = torch.randn(2, 11, 8), torch.randn(2, 11, 8)
+    torch.testing.assert_close(ep.module()(a2, v2), m(a2, v2))
