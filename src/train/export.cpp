@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "pickle_check.h"
+#include "archive_check.h"
 #include "seqmix/train/checkpoint.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
