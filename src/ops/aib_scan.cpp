@@ -300,12 +300,11 @@ at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& 
                     const at::Tensor& mask, Direction direction, AIBWeights weights,
                     Backend backend) {
   if (backend == Backend::reference) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("seqmix::aib_scan_reference", "")
-                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                                 const std::optional<at::Tensor>&,
-                                                 const std::optional<at::Tensor>&,
-                                                 c10::string_view, c10::string_view)>();
+    static const auto op =
+        detail::find_op<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                   const std::optional<at::Tensor>&,
+                                   const std::optional<at::Tensor>&, c10::string_view,
+                                   c10::string_view)>("seqmix::aib_scan_reference");
     return op.call(a, v, detail::optional(w), detail::optional(mask), to_string(direction),
                    to_string(weights));
   }

@@ -37,9 +37,6 @@ c10::TypedOperatorHandle<Signature> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
-// A size, symbolic under torch.compile's dynamic shapes and concrete otherwise.
-inline c10::SymInt dim_size(const at::Tensor& t, int64_t d) { return t.sym_size(d); }
-
 // A size as a plain integer, for ATen code (the references) whose loops or FFT lengths depend
 // on it: under torch.compile a guard, specialising the graph on it.
 inline int64_t concrete(const c10::SymInt& s) { return s.guard_int(__FILE__, __LINE__); }

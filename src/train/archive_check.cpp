@@ -720,9 +720,14 @@ std::runtime_error corrupt_contents(const std::string& path, const std::string& 
   return std::runtime_error(noun + " '" + path + "' is corrupt: " + why);
 }
 
+namespace {
+
+// Whether `name` is a tensor record (`<prefix>data/<key>`).
 bool is_tensor_record(const ZipEntries& z, const std::string& name) {
   return name.compare(0, z.prefix.size() + 5, z.prefix + "data/") == 0;
 }
+
+}  // namespace
 
 // Reads every entry of the zip archive through libzip, which checks the archive's structure
 // (ZIP_CHECKCONS) and each entry's CRC-32. LibTorch's own reader checks neither and goes on to

@@ -34,9 +34,6 @@ std::runtime_error corrupt_checkpoint(const std::string& path, const std::string
 std::runtime_error corrupt_contents(const std::string& path, const std::string& why,
                                     const std::string& noun = "checkpoint");
 
-// Whether `name` is a tensor record (`<prefix>data/<key>`).
-bool is_tensor_record(const ZipEntries& z, const std::string& name);
-
 // Reads every entry of the zip archive through libzip, checking its structure and each
 // entry's CRC-32. @throws std::runtime_error (corrupt_checkpoint) naming the fault.
 ZipEntries verify_archive(const std::string& path, const std::string& noun = "checkpoint",
