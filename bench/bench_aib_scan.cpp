@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "../src/ops/cpu/aib_scan_kernel.h"
+#include "../src/mixers/aib/cpu/aib_scan_kernel.h"
 #include "seqmix/ops/aib_scan.h"
 #include "seqmix/ops/op_cases.h"
 

@@ -3,86 +3,49 @@
 #include <stdexcept>
 
 #include "seqmix/models/mixer_registry.h"
-#include "seqmix/nn/ces.h"
 #include "seqmix/nn/feed_forward.h"
-#include "seqmix/ops/aib_scan.h"
 
 namespace seqmix::models {
 
-namespace {
-
 using util::Field;
 
-// Every op's implementations are spelled alike (ops/common.h).
-template <class S>
-typename Field<S>::Check backend(std::string S::*m) {
-  return util::one_of<S>(m, {"kernel", "reference"});
+ModelConfig::ModelConfig() {
+  for (const MixerSpec* spec : mixers_with_sections())
+    sections.emplace(spec->section, spec->defaults);
+}
+
+std::vector<const MixerSpec*> ModelConfig::mixers_with_sections() {
+  std::vector<const MixerSpec*> out;
+  for (const auto& spec : mixer_registry())
+    if (!spec.section.empty()) out.push_back(&spec);
+  return out;
+}
+
+const std::string& ModelConfig::section_name(const MixerSpec& spec) { return spec.section; }
+
+const std::vector<Field<MixerOptions>>& ModelConfig::section_fields(const MixerSpec& spec) {
+  return spec.fields;
+}
+
+namespace {
+
+const MixerSpec& section_owner(const std::string& section) {
+  for (const auto& spec : mixer_registry())
+    if (!spec.section.empty() && spec.section == section) return spec;
+  throw std::invalid_argument("model: no registered mixer has a section [model." + section + "]");
 }
 
 }  // namespace
 
-const std::vector<Field<AIBConfig>>& AIBConfig::fields() {
-  static const std::vector<Field<AIBConfig>> f = {
-      {"weights", &AIBConfig::weights, "per-distance weights: prefix_exp | exp | ones",
-       util::parses<AIBConfig>(&AIBConfig::weights, ops::parse_aib_weights)},
-      {"bias", &AIBConfig::bias, "biases on A and V (moss)"},
-      {"impl", &AIBConfig::impl, "kernel (fused CPU scan) | reference (literal ATen ops)",
-       backend<AIBConfig>(&AIBConfig::impl), false, "--aib-impl"},
-  };
-  return f;
+MixerOptions& ModelConfig::section_options(const std::string& section) {
+  auto it = sections.find(section);
+  if (it == sections.end()) it = sections.emplace(section, section_owner(section).defaults).first;
+  return it->second;
 }
 
-const std::vector<Field<AttentionConfig>>& AttentionConfig::fields() {
-  static const std::vector<Field<AttentionConfig>> f = {
-      {"impl", &AttentionConfig::impl, "kernel (fused, O(L) memory) | reference (ATen ops)",
-       backend<AttentionConfig>(&AttentionConfig::impl)},
-  };
-  return f;
-}
-
-const std::vector<Field<CESConfig>>& CESConfig::fields() {
-  using C = CESConfig;
-  // The ring and bounds are checked together: each check sees the whole section.
-  auto ring = [](const C& c) -> std::string {
-    if (c.r_min > 0 && c.r_min <= c.r_max && c.r_max < 1) return "";
-    return "need 0 < r_min <= r_max < 1, got r_min " + util::format_number(c.r_min) +
-           ", r_max " + util::format_number(c.r_max);
-  };
-  static const std::vector<Field<C>> f = {
-      {"gate", &C::gate, "ESMLP-Gate: output times sigmoid(W_g X)"},
-      {"shortcut", &C::shortcut, "omega (the authors' code) | sigmoid (eq. 13) | none",
-       util::parses<C>(&C::shortcut, nn::parse_ces_shortcut)},
-      {"normalize", &C::normalize, "kernel times sqrt(1 - |mu|^2) (appendix B, LRU)"},
-      {"r_min", &C::r_min, "inner radius of lambda's init ring", ring},
-      {"r_max", &C::r_max, "outer radius of lambda's init ring", ring},
-      {"max_phase", &C::max_phase,
-       "largest initial phase of lambda, radians (0 with r_min = r_max: one fixed point, "
-       "etsmlp Table 4's Stable)",
-       util::finite_above<C>(&C::max_phase, 0, false, " (radians)")},
-      {"max_lambda", &C::max_lambda, "bound on |mu| (eq. 12)",
-       [](const C& c) -> std::string {
-         if (c.max_lambda > 0 && c.max_lambda <= 1 && !(c.normalize && c.max_lambda >= 1))
-           return "";
-         return "must be in (0, 1] (below 1 with normalize), got " +
-                util::format_number(c.max_lambda);
-       }},
-      {"impl", &C::impl, "kernel (recurrence) | reference (FFT)", backend<C>(&C::impl)},
-      {"alpha", &C::alpha, "learned damping exponent alpha (false: etsmlp Table 3 No alpha)"},
-      {"beta", &C::beta, "learned input factor beta (false: etsmlp Table 3 No beta)"},
-      {"real", &C::real, "real instead of complex lambda, alpha, beta (etsmlp Table 3 Real)"},
-  };
-  return f;
-}
-
-const std::vector<Field<ExtractorConfig>>& ExtractorConfig::fields() {
-  using E = ExtractorConfig;
-  static const std::vector<Field<E>> f = {
-      {"adjust", &E::adjust, "the adjustment (X W_adj) * ext (eq. 19)"},
-      {"out_proj", &E::out_proj, "the optional W_opt (eq. 20)"},
-      {"impl", &E::impl, "kernel (FFT convolution) | reference (per-lag sum)",
-       backend<E>(&E::impl)},
-  };
-  return f;
+const MixerOptions& ModelConfig::section_options(const std::string& section) const {
+  const auto it = sections.find(section);
+  return it != sections.end() ? it->second : section_owner(section).defaults;
 }
 
 const std::vector<Field<ModelConfig>>& ModelConfig::fields() {

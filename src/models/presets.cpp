@@ -138,13 +138,20 @@ const std::vector<SizePreset>& size_presets() {
 namespace {
 
 template <class S>
-bool assign(S& s, const std::vector<util::Field<S>>& fields, const std::string& key,
-            const util::FieldValue& value) {
+bool assign(S& s, const std::vector<util::Field<S>>& fields, const std::string& path,
+            const std::string& key, const util::FieldValue& value) {
   for (const auto& f : fields) {
     if (key != f.name) continue;
-    if (!f.set(s, value))
-      throw std::invalid_argument("model field " + key + ": must be " + util::field_type_name(f.type()) +
-                                  ", got " + util::field_type_name(value));
+    bool stored = false;
+    try {
+      stored = f.set(s, value);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(path + key + ": " + e.what());
+    }
+    if (!stored)
+      throw std::invalid_argument("model field " + key + ": must be " +
+                                  util::field_type_name(f.type()) + ", got " +
+                                  util::field_type_name(value));
     return true;
   }
   return false;
@@ -163,7 +170,8 @@ void apply_model_fields(ModelConfig& c, const std::vector<FieldAssignment>& assi
     const std::string name = dot == std::string::npos ? key : key.substr(dot + 1);
     bool done = false;
     ModelConfig::visit_sections(c, [&](const std::string& path, auto& s, const auto& fields) {
-      if (!done && path == section) done = assign(s, fields, name, value);
+      if (!done && path == section)
+        done = assign(s, fields, "model." + (path.empty() ? "" : path + "."), name, value);
     });
     if (!done) throw std::invalid_argument("unknown model key 'model." + key + "'");
   }

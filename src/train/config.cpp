@@ -274,7 +274,11 @@ RunConfig from_table(const toml::table& t, const std::string& origin) {
         if (f.optional || path.rfind("model.", 0) == 0) continue;
         throw std::runtime_error(origin + ": missing key '" + key + "'");
       }
-      f.set(s, to_value(*n, f.type(), key, origin));
+      try {
+        f.set(s, to_value(*n, f.type(), key, origin));
+      } catch (const std::invalid_argument& e) {  // a name the field's options cannot hold
+        throw std::invalid_argument(key + ": " + e.what());
+      }
     }
   });
   check_known(t, to_table(RunConfig()), "", origin);

@@ -2,6 +2,7 @@
 
 #include "seqmix/models/presets.h"
 #include "seqmix/nn/aib_attention.h"
+#include "seqmix/nn/ces.h"
 #include "seqmix/nn/precision.h"
 #include "seqmix/nn/self_attention.h"
 
@@ -24,8 +25,10 @@ TEST(Presets, ParameterCountFormulaMatchesTheBuiltModel) {
   for (const char* family : {"etsmlp", "etsmlp-lm"})
     for (int ablation = 0; ablation < 3; ++ablation) {
       auto cfg = models::make_model_config(family, "tiny");
-      (ablation == 0 ? cfg.ces.alpha : ablation == 1 ? cfg.ces.beta : cfg.ces.real) =
-          ablation == 2;
+      nn::CESOptions& ces = cfg.options<nn::ESMLPOptions>("ces").ces();
+      if (ablation == 0) ces.alpha(false);
+      if (ablation == 1) ces.beta(false);
+      if (ablation == 2) ces.real(true);
       models::SequenceModel m(cfg);
       int64_t n = 0;
       for (const auto& p : m->parameters()) n += p.numel();
@@ -34,7 +37,7 @@ TEST(Presets, ParameterCountFormulaMatchesTheBuiltModel) {
     }
   auto cfg = models::make_model_config("transformer", "tiny");
   cfg.tie_embeddings = false;
-  cfg.aib.weights = "ones";
+  cfg.options<nn::AIBAttentionOptions>("aib").weights(ops::AIBWeights::ones);
   models::SequenceModel m(cfg);
   int64_t n = 0;
   for (const auto& p : m->parameters()) n += p.numel();
@@ -66,7 +69,7 @@ TEST(Presets, StructuresAndTableVIISizes) {
               nullptr);
   auto moss = models::make_model_config("moss", "tiny");
   EXPECT_EQ(moss.activation, "leaky_relu");
-  EXPECT_TRUE(moss.aib.bias);
+  EXPECT_TRUE(moss.options<nn::AIBAttentionOptions>("aib").bias_av());
   EXPECT_THROW(models::make_model_config("gpt-5", "tiny"), std::invalid_argument);
   EXPECT_THROW(models::make_model_config("weird-net", "huge"), std::invalid_argument);
 }
@@ -226,11 +229,17 @@ TEST(SequenceModel, EtsmlpWithBatchNormTrainsAndBadKeysAreNamed) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("model.norm_type"), std::string::npos) << e.what();
   }
+  // A name the section's options cannot hold is refused when it is set, naming the key.
   bad = cfg;
-  bad.ces.shortcut = "tanh";
-  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  try {
+    models::apply_model_fields(bad, {{"ces.shortcut", util::FieldValue(std::string("tanh"))}});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.ces.shortcut"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sigmoid"), std::string::npos) << e.what();
+  }
   bad = cfg;
-  bad.ces.r_max = 1.5;
+  bad.options<nn::ESMLPOptions>("ces").ces().r_max(1.5);
   EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 

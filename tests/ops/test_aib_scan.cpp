@@ -4,7 +4,7 @@
 // identities and argument errors.
 #include <gtest/gtest.h>
 
-#include "../src/ops/cpu/aib_scan_kernel.h"
+#include "../src/mixers/aib/cpu/aib_scan_kernel.h"
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/ops/aib_scan.h"
 #include "support/gradcheck.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/ops/cpu/attention_kernel.h"
+#include "../src/mixers/attention/cpu/attention_kernel.h"
 #include "seqmix/ops/attention.h"
 #include "support/op_check.h"
 

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "seqmix/nn/aib_attention.h"
 #include "seqmix/train/config.h"
 #include "seqmix/train/schedule.h"
 #include "support/gradcheck.h"
@@ -87,7 +88,10 @@ TEST(Config, OneSpellingPerKeyAndValue) {
     EXPECT_NE(e.find("impl"), std::string::npos) << e;
     EXPECT_NE(e.find("kernel"), std::string::npos) << e;
   }
-  EXPECT_EQ(train::resolve_config("", {"model.aib.weights=exp"}).model.aib.weights, "exp");
+  EXPECT_EQ(train::resolve_config("", {"model.aib.weights=exp"})
+                .model.options<nn::AIBAttentionOptions>("aib")
+                .weights(),
+            ops::AIBWeights::exp);
   // A section given as something other than a table.
   std::ofstream(dir + "/scalar.toml") << "[model]\naib = 5\n";
   e = error_of([&] { train::resolve_config(dir + "/scalar.toml", {}); });

@@ -4,9 +4,10 @@
 /// SequenceModel builds its layers from it, ModelConfig validates and counts parameters
 /// through it, the training memory estimate asks it, and `seqmix info` lists it.
 ///
-/// Adding a mixer (docs/ARCHITECTURE.md, "How to add a mixer"): write the op and its
-/// module (an nn::MixerImpl), then one row in src/models/mixer_registry.cpp (or, from a
-/// program or test, one register_mixer call), one op case, one benchmark entry.
+/// Adding a mixer (docs/ARCHITECTURE.md, "How to add a mixer"): a folder src/mixers/<name>/
+/// holding its op, kernels, layer, this row (a function `MixerSpec <name>::mixer()`) and its
+/// op cases, plus one line in the SEQMIX_MIXERS list of CMakeLists.txt. From a program or a
+/// test, one register_mixer call adds a row instead.
 ///
 /// Example (a mixer defined outside the library, see tests/models/test_registry.cpp):
 ///   seqmix::models::MixerSpec spec;
@@ -35,8 +36,15 @@ struct MixerSpec {
   std::string name;     ///< the name in model.mixers
   std::string summary;  ///< one line for `seqmix info` and help texts
   std::string source;   ///< paper and section it implements
-  /// The ModelConfig section it reads ("aib" for [model.aib]), empty if none.
+  /// The ModelConfig section it reads ("aib" for [model.aib]), empty if none; a section
+  /// belongs to one mixer.
   std::string section;
+  /// The section's options at their defaults: its layer's options type (the sizes in it are
+  /// placeholders, build sets them from [model]).
+  MixerOptions defaults;
+  /// The section's keys, each declared once: name, documentation, check, flag
+  /// (models::option_field).
+  std::vector<util::Field<MixerOptions>> fields;
   /// Its block adds the FFN sublayer (and a second norm). False for a mixer that is itself
   /// an MLP (ESMLP): the block is [norm -> mixer -> residual] only.
   bool has_ffn = true;
@@ -44,6 +52,17 @@ struct MixerSpec {
   bool bidirectional = true;  ///< has a bidirectional form (model.causal = false)
   /// Its causal form decodes token by token (MixerImpl::step equals forward's last row).
   bool incremental = true;
+  /// Its layer's outputs at padded positions are exactly 0 (false: finite only, like the
+  /// ESMLP, whose gate and shortcut see the padded inputs).
+  bool zero_padded_outputs = true;
+  /// Settings of its section that the tests build besides the defaults
+  /// (tests/nn/test_mixers.cpp walks every row with each): a name, and key = value pairs of
+  /// the section ("weights" = "exp" for [model.aib] weights).
+  struct Variant {
+    std::string name;
+    std::vector<std::pair<std::string, util::FieldValue>> settings;
+  };
+  std::vector<Variant> variants;
 
   /// Builds the mixer of layer `layer` (0-based) of a model with configuration `c`.
   std::function<std::shared_ptr<nn::MixerImpl>(const ModelConfig& c, int64_t layer)> build;
@@ -71,8 +90,8 @@ const std::deque<MixerSpec>& mixer_registry();
 /// @throws std::invalid_argument "unknown mixer 'x' (expected aib, attention, ...)".
 const MixerSpec& find_mixer(const std::string& name);
 /// Adds a mixer (for programs and tests defining their own).
-/// @throws std::invalid_argument if the name is empty or taken, or `build` or `parameters`
-///         is empty.
+/// @throws std::invalid_argument if the name is empty or taken, `build` or `parameters` is
+///         empty, or the section is taken or has no defaults.
 void register_mixer(MixerSpec spec);
 /// Removes a mixer added by register_mixer (tests). Built-ins cannot be removed.
 void unregister_mixer(const std::string& name);

@@ -1,21 +1,29 @@
 #pragma once
 /// @file model_config.h
 /// Everything that fixes a model's architecture: the fields every model shares, plus one
-/// section per mixer family, each declaring its fields once (util/fields.h). In TOML:
+/// section per mixer that has options, each declared once by the mixer's registry row
+/// (models/mixer_registry.h) on its layer's own options type. In TOML:
 ///
 ///   [model]            shared: sizes, mixers, norms, FFN, heads
-///   [model.aib]        AIB attention (weird-net / aib-net / moss)
-///   [model.attention]  softmax self-attention
-///   [model.ces]        complex exponential smoothing (ETSMLP)
-///   [model.extractor]  the Extractor
+///   [model.aib]        AIB attention (weird-net / aib-net / moss): nn::AIBAttentionOptions
+///   [model.attention]  softmax self-attention: nn::SelfAttentionOptions
+///   [model.ces]        complex exponential smoothing (ETSMLP): nn::ESMLPOptions
+///   [model.extractor]  the Extractor: nn::ExtractorOptions
 ///
 /// Example:
 ///   seqmix::models::ModelConfig c;           // weird-net, mini
-///   c.aib.weights = "exp";                   // [model.aib] weights = "exp"
+///   c.options<seqmix::nn::AIBAttentionOptions>("aib")
+///       .weights(seqmix::ops::AIBWeights::exp);  // [model.aib] weights = "exp"
 ///   c.mixers = {"aib"};                      // Structure A
 ///   c.validate();                            // throws std::invalid_argument if inconsistent
+#include <any>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -23,45 +31,52 @@
 
 namespace seqmix::models {
 
-/// [model.aib]: AIB attention, alias Weird attention (weird-net Sec. III, aib-net, moss).
-struct AIBConfig {
-  std::string weights = "prefix_exp";  ///< per-distance weights W: prefix_exp | exp | ones
-  bool bias = false;                   ///< biases on A and V (moss)
-  std::string impl = "kernel";         ///< kernel (fused CPU scan) | reference (ATen ops)
-  static const std::vector<util::Field<AIBConfig>>& fields();
+/// One mixer's configuration section, [model.<section>]: the options of its layer (its
+/// XOptions, e.g. nn::AIBAttentionOptions) held by value. The sizes and flags every layer
+/// shares (d_model, max_len, causal, ...) are set from [model] when a layer is built; the
+/// section's fields are the options that only this mixer has.
+class MixerOptions {
+ public:
+  MixerOptions() = default;
+  template <class O, class = std::enable_if_t<!std::is_same_v<std::decay_t<O>, MixerOptions>>>
+  explicit MixerOptions(O options) : value_(std::move(options)) {}
+
+  /// The options, as type O. @throws std::logic_error if they are of another type.
+  bool has_value() const { return value_.has_value(); }
+
+  template <class O>
+  const O& as() const {
+    const O* o = std::any_cast<O>(&value_);
+    if (!o) throw std::logic_error(std::string("MixerOptions: not a ") + typeid(O).name());
+    return *o;
+  }
+  template <class O>
+  O& as() {
+    return const_cast<O&>(static_cast<const MixerOptions&>(*this).as<O>());
+  }
+
+ private:
+  std::any value_;
 };
 
-/// [model.attention]: softmax self-attention (the Transformer baseline). Its head count is
-/// the shared model.n_heads (the size presets set it, as GPT-2's configurations do).
-struct AttentionConfig {
-  std::string impl = "kernel";  ///< kernel (fused, O(L) memory) | reference (ATen ops)
-  static const std::vector<util::Field<AttentionConfig>>& fields();
-};
+/// A field of a mixer section whose options are of type O, declared on O's accessors: `get`
+/// returns the value as T (a FieldValue type; enumerations as their names), `set` stores a T
+/// (and throws std::invalid_argument, naming what it expects, for a name it does not know).
+/// `check` sees the whole section (limits that depend on two fields).
+template <class T, class O, class Get, class Set>
+util::Field<MixerOptions> option_field(const char* name, const char* doc, Get get, Set set,
+                                       std::function<std::string(const O&)> check = {},
+                                       const char* flag = nullptr) {
+  typename util::Field<MixerOptions>::Check erased;
+  if (check) erased = [check](const MixerOptions& m) { return check(m.as<O>()); };
+  return util::Field<MixerOptions>(
+      name, util::FieldValue(T()),
+      [get](const MixerOptions& m) { return util::FieldValue(T(get(m.as<O>()))); },
+      [set](MixerOptions& m, const util::FieldValue& v) { set(m.as<O>(), std::get<T>(v)); }, doc,
+      std::move(erased), flag);
+}
 
-/// [model.ces]: the ESMLP block of ETSMLP (etsmlp Sec. 3.2), width model.d_ff.
-struct CESConfig {
-  bool gate = false;                      ///< ESMLP-Gate
-  std::string shortcut = "omega";         ///< omega (authors' code) | sigmoid (eq. 13) | none
-  bool normalize = false;                 ///< kernel x sqrt(1 - |mu|^2) (appendix B, LRU)
-  double r_min = 0.1;                     ///< ring init of lambda (Table 4's best ring)
-  double r_max = 0.9;
-  double max_phase = 6.283185307179586;   ///< radians
-  double max_lambda = 0.9999;             ///< |mu| bound (eq. 12)
-  std::string impl = "kernel";            ///< kernel (recurrence) | reference (FFT)
-  bool alpha = true;   ///< learned damping exponent alpha (false: Table 3's "No alpha")
-  bool beta = true;    ///< learned input factor beta (false: Table 3's "No beta")
-  bool real = false;   ///< real lambda, alpha, beta (Table 3's "Real")
-  static const std::vector<util::Field<CESConfig>>& fields();
-};
-
-/// [model.extractor]: the Extractor (extractor eqs. 18-20); model.max_len is its number of
-/// lag matrices l.
-struct ExtractorConfig {
-  bool adjust = true;           ///< the adjustment (X W_adj) * ext (eq. 19)
-  bool out_proj = true;         ///< the optional W_opt (eq. 20)
-  std::string impl = "kernel";  ///< kernel (FFT convolution) | reference (per-lag sum)
-  static const std::vector<util::Field<ExtractorConfig>>& fields();
-};
+struct MixerSpec;
 
 /// Resolved from a preset, then a config file, then command-line overrides (see
 /// train/config.h), and stored in every checkpoint.
@@ -93,10 +108,27 @@ struct ModelConfig {
   /// [u, v, u*v, u-v] and classified by an MLP (Linear 4D -> D, ReLU, Linear D -> n_classes).
   bool cls_pair = false;
 
-  AIBConfig aib;
-  AttentionConfig attention;
-  CESConfig ces;
-  ExtractorConfig extractor;
+  /// The mixer sections by name ("aib" for [model.aib]), one per registered mixer that
+  /// declares one, filled with its defaults when the configuration is made.
+  std::map<std::string, MixerOptions> sections;
+
+  /// The shared fields and every registered mixer's section at its defaults.
+  ModelConfig();
+
+  /// The options of section `section` ("aib"), of its mixer's type O (a registered mixer's
+  /// section absent from `sections`, made before the mixer was registered, is added at its
+  /// defaults). @throws std::invalid_argument if no registered mixer declares that section;
+  /// std::logic_error if O is not its type.
+  template <class O>
+  O& options(const std::string& section) {
+    return section_options(section).as<O>();
+  }
+  template <class O>
+  const O& options(const std::string& section) const {
+    return section_options(section).as<O>();
+  }
+  MixerOptions& section_options(const std::string& section);
+  const MixerOptions& section_options(const std::string& section) const;
 
   /// The shared fields ([model]).
   static const std::vector<util::Field<ModelConfig>>& fields();
@@ -116,19 +148,25 @@ struct ModelConfig {
   /// num_parameters() as a double, for any sizes: never overflows (exact below 2^53).
   /// @throws std::invalid_argument for an unknown mixer name.
   double num_parameters_approx() const;
-  /// Calls f(path, section, fields) for [model] itself (path "") and then each mixer
-  /// section ("aib", "attention", "ces", "extractor"): the one list of sections that
-  /// generic code (validation, TOML, presets) walks. Works on const and non-const configs.
+  /// Calls f(path, section, fields) for [model] itself (path "") and then each registered
+  /// mixer's section ("aib", "attention", ...; `section` a MixerOptions), in registry order:
+  /// the one list of sections that generic code (validation, TOML, presets) walks. Works on
+  /// const and non-const configs.
   template <class Config, class F>
   static void visit_sections(Config& c, F&& f) {
     f(std::string(), c, fields());
-    f(std::string("aib"), c.aib, AIBConfig::fields());
-    f(std::string("attention"), c.attention, AttentionConfig::fields());
-    f(std::string("ces"), c.ces, CESConfig::fields());
-    f(std::string("extractor"), c.extractor, ExtractorConfig::fields());
+    for (const MixerSpec* spec : mixers_with_sections())
+      f(section_name(*spec), c.section_options(section_name(*spec)), section_fields(*spec));
   }
   /// Layers using mixers[j]: i in [0, n_layers) with i % mixers.size() == j.
   int64_t layers_of(size_t j) const;
+
+ private:
+  // The registry's rows that declare a section (models/mixer_registry.h, which includes this
+  // header: hence these accessors rather than MixerSpec's members).
+  static std::vector<const MixerSpec*> mixers_with_sections();
+  static const std::string& section_name(const MixerSpec& spec);
+  static const std::vector<util::Field<MixerOptions>>& section_fields(const MixerSpec& spec);
 };
 
 }  // namespace seqmix::models

@@ -75,14 +75,14 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// schema
 ///   aib_scan(Tensor a, Tensor v, Tensor? w, Tensor? mask=None, str direction="causal",
 ///            str weights="prefix_exp") -> Tensor
-/// implemented per dispatch key (src/ops/aib_scan_kernel.cpp): CPU, the fused kernel
-/// (src/ops/cpu/aib_scan_kernel.h); Autograd, its hand-written backward, itself the op
+/// implemented per dispatch key (src/mixers/aib/aib_scan_kernel.cpp): CPU, the fused kernel
+/// (src/mixers/aib/cpu/aib_scan_kernel.h); Autograd, its hand-written backward, itself the op
 /// seqmix::_aib_scan_backward; Meta, shapes and dtypes alone (fake tensors: torch.compile,
 /// torch.export); AutocastCPU, autocast switched off inside the op (common.h's rule). Forward
 /// and backward in float32 and float64 (and bfloat16 A, V), gradients for A, V and w.
 ///
 /// Same contract as aib_scan_reference, with a stronger numerical guarantee: no overflow and
-/// no NaN wherever the exact result is finite. Method (details in src/ops/cpu/):
+/// no NaN wherever the exact result is finite. Method (details in src/mixers/aib/cpu/):
 /// * Fast path, plain floating point: E = exp(A - c) with one scale c per tile of 128
 ///   positions and channel, the running maximum of A over the valid positions so far plus a
 ///   shift that keeps the largest possible sum of distance weights (prod max(1, W_j) over the

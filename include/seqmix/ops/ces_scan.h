@@ -62,7 +62,7 @@ at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
 ///   ces_scan(Tensor x, Tensor mu, Tensor c, Tensor? mask=None, str direction="causal")
 ///       -> Tensor
 /// with CPU, Autograd (backward: seqmix::_ces_scan_backward), Meta and AutocastCPU kernels
-/// (src/ops/ces_scan.cpp); its reference is seqmix::ces_scan_reference (same schema).
+/// (src/mixers/ces/ces_scan.cpp); its reference is seqmix::ces_scan_reference (same schema).
 /// The CPU kernel: the same output as a complex diagonal linear recurrence over L, vectorised
 /// over channels (rows read contiguously), O(B H L). Backward (hand-written):
 /// dL/dx by the transposed recurrence run in reverse,

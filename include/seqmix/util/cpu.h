@@ -1,7 +1,7 @@
 #pragma once
 /// @file cpu.h
 /// What this CPU can run, asked once per process: the instruction sets that choose between
-/// the AVX-512 and the baseline builds of the kernels in src/ops/cpu/. Plain C++ without
+/// the AVX-512 and the baseline builds of the kernels in src/mixers/<name>/cpu/. Plain C++ without
 /// LibTorch, since the kernel sources that include it are built without the precompiled
 /// LibTorch header.
 ///

@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -41,16 +42,20 @@ inline std::string format_number(double v) {
   return ss.str();
 }
 
-/// One field of configuration struct S.
+/// One field of configuration struct S: a member of S (the common case) or a value reached
+/// through S's accessors (a layer's options, whose members are private, see
+/// models/model_config.h's option_field).
 template <class S>
 struct Field {
-  using Member = std::variant<int64_t S::*, double S::*, bool S::*, std::string S::*,
-                              std::vector<std::string> S::*>;
   /// What is wrong with the field's value in `s`, as "must be ..., got ..." (empty: fine).
   using Check = std::function<std::string(const S& s)>;
+  /// Reads the field from `s`.
+  using Get = std::function<FieldValue(const S& s)>;
+  /// Stores `v`, which holds the field's type. May throw std::invalid_argument saying what it
+  /// expects when the field cannot hold the value (a name an enumeration does not have).
+  using Put = std::function<void(S& s, const FieldValue& v)>;
 
   const char* name;  ///< the key inside its section, e.g. "weights" in [model.aib]
-  Member member;
   const char* doc;   ///< one line, for --help texts and docs
   Check check = {};
   /// Added after the first release: a stored configuration without the key gets the
@@ -58,27 +63,44 @@ struct Field {
   bool optional = false;
   const char* flag = nullptr;  ///< its command-line flag, e.g. "--lr" (nullptr: none)
 
-  FieldValue get(const S& s) const {
-    return std::visit([&](auto m) -> FieldValue { return s.*m; }, member);
-  }
+  /// A member of S of a FieldValue type.
+  template <class T>
+  Field(const char* name, T S::*member, const char* doc, Check check = {}, bool optional = false,
+        const char* flag = nullptr)
+      : name(name),
+        doc(doc),
+        check(std::move(check)),
+        optional(optional),
+        flag(flag),
+        get_([member](const S& s) { return FieldValue(s.*member); }),
+        put_([member](S& s, const FieldValue& v) { s.*member = std::get<T>(v); }),
+        type_(T()) {}
+  /// A value of type `type`'s alternative, read with `get` and stored with `put`.
+  Field(const char* name, FieldValue type, Get get, Put put, const char* doc, Check check = {},
+        const char* flag = nullptr)
+      : name(name),
+        doc(doc),
+        check(std::move(check)),
+        flag(flag),
+        get_(std::move(get)),
+        put_(std::move(put)),
+        type_(std::move(type)) {}
+
+  FieldValue get(const S& s) const { return get_(s); }
   /// Stores `v`; false (and `s` unchanged) when `v` holds another type than the field.
+  /// @throws std::invalid_argument when the field cannot hold the value (see Put).
   bool set(S& s, const FieldValue& v) const {
-    return std::visit(
-        [&](auto m) {
-          using T = std::decay_t<decltype(s.*m)>;
-          if (const T* x = std::get_if<T>(&v)) {
-            s.*m = *x;
-            return true;
-          }
-          return false;
-        },
-        member);
+    if (v.index() != type_.index()) return false;
+    put_(s, v);
+    return true;
   }
   /// The type this field holds (a default value of it).
-  FieldValue type() const {
-    return std::visit([](auto m) -> FieldValue { return std::decay_t<decltype(S().*m)>(); },
-                      member);
-  }
+  FieldValue type() const { return type_; }
+
+ private:
+  Get get_;
+  Put put_;
+  FieldValue type_;
 };
 
 /// Checks for the common cases. Each returns a Field::Check.

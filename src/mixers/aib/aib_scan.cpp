@@ -5,8 +5,8 @@
 #include <torch/library.h>
 
 #include "aib_scan_internal.h"
-#include "dispatch.h"
-#include "low_precision.h"
+#include "ops/dispatch.h"
+#include "ops/low_precision.h"
 
 namespace seqmix::ops {
 

@@ -1,5 +1,5 @@
 // Softmax attention in the dispatcher: the literal ATen reference, and seqmix::attention, the
-// fused kernel (src/ops/cpu/attention_kernel_impl.h) per dispatch key.
+// fused kernel (cpu/attention_kernel_impl.h) per dispatch key.
 #include "seqmix/ops/attention.h"
 
 #include <ATen/Parallel.h>
@@ -11,9 +11,9 @@
 #include <limits>
 #include <memory>
 
-#include "dispatch.h"
-#include "double_backward.h"
-#include "low_precision.h"
+#include "ops/dispatch.h"
+#include "ops/double_backward.h"
+#include "ops/low_precision.h"
 #include "cpu/attention_kernel.h"
 
 namespace seqmix::ops {

@@ -6,8 +6,8 @@
 
 #include <stdexcept>
 
-#include "dispatch.h"
-#include "low_precision.h"
+#include "ops/dispatch.h"
+#include "ops/low_precision.h"
 
 namespace seqmix::ops {
 

@@ -25,8 +25,13 @@
 #include <type_traits>
 
 #include "attention_kernel.h"
-#include "vec_math_impl.h"
+#include "ops/cpu/vec_math_impl.h"
 
+// The AVX-512 BF16 build (cmake/SeqmixHelpers.cmake's seqmix_isa_kernels) adds the
+// bfloat16 score products.
+#if defined(SEQMIX_ISA_AVX512BF16) && !defined(SEQMIX_ATTN_BF16_PRODUCTS)
+#define SEQMIX_ATTN_BF16_PRODUCTS 1
+#endif
 #ifdef SEQMIX_ATTN_BF16_PRODUCTS
 #include <immintrin.h>
 #endif

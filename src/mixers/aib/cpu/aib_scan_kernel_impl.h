@@ -14,7 +14,7 @@
 #include <immintrin.h>
 
 #include "aib_scan_kernel.h"
-#include "vec_math_impl.h"
+#include "ops/cpu/vec_math_impl.h"
 
 #ifndef SEQMIX_ISA
 #error "define SEQMIX_ISA before including aib_scan_kernel_impl.h"
@@ -1006,5 +1006,11 @@ void backward_items(const AIBScanParams<T>& p, int64_t begin, int64_t end, void*
   }
   _mm_sfence();
 }
+
+// The entry points aib_scan_kernel.cpp dispatches to, for this instruction set.
+template void forward_items<float>(const AIBScanParams<float>&, int64_t, int64_t, void*);
+template void forward_items<double>(const AIBScanParams<double>&, int64_t, int64_t, void*);
+template void backward_items<float>(const AIBScanParams<float>&, int64_t, int64_t, void*);
+template void backward_items<double>(const AIBScanParams<double>&, int64_t, int64_t, void*);
 
 }  // namespace seqmix::ops::cpu::SEQMIX_ISA

@@ -1,5 +1,5 @@
 // CES in the dispatcher: coefficients, the authors' FFT reference, and seqmix::ces_scan, the
-// recurrence kernel (src/ops/cpu/ces_scan_kernel.cpp) per dispatch key.
+// recurrence kernel (cpu/ces_scan_kernel.cpp) per dispatch key.
 #include "seqmix/ops/ces_scan.h"
 
 #include <ATen/Parallel.h>
@@ -9,9 +9,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "dispatch.h"
-#include "double_backward.h"
-#include "low_precision.h"
+#include "ops/dispatch.h"
+#include "ops/double_backward.h"
+#include "ops/low_precision.h"
 #include "cpu/ces_scan_kernel.h"
 
 namespace seqmix::ops {

@@ -1,4 +1,4 @@
-// seqmix::aib_scan in the dispatcher: the fused CPU kernels (src/ops/cpu/) under the CPU key,
+// seqmix::aib_scan in the dispatcher: the fused CPU kernels (src/mixers/aib/cpu/) under the CPU key,
 // their hand-written backward (seqmix::_aib_scan_backward) under Autograd, shapes alone under
 // Meta, and autocast switched off inside the op under AutocastCPU.
 #include <ATen/Parallel.h>
@@ -6,10 +6,10 @@
 #include <torch/library.h>
 
 #include "aib_scan_internal.h"
-#include "dispatch.h"
-#include "double_backward.h"
+#include "ops/dispatch.h"
+#include "ops/double_backward.h"
 #include "cpu/aib_scan_kernel.h"
-#include "low_precision.h"
+#include "ops/low_precision.h"
 
 namespace seqmix::ops {
 

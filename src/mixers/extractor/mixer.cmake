@@ -1,0 +1,3 @@
+# The Extractor: the extractor_conv op (ATen's FFT, every device), the Extractor layer,
+# [model.extractor].
+seqmix_mixer_sources(extractor_conv.cpp extractor.cpp mixer.cpp op_cases.cpp)
