@@ -167,7 +167,7 @@ def attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 # --------------------------------------------------------------------------------------
-# Inputs, drawn like the C++ op cases (src/ops/op_cases.cpp) so both sides see the same
+# Inputs, drawn like the C++ op cases (src/mixers/<name>/op_cases.cpp) so both sides see the same
 # distributions.
 
 

@@ -19,7 +19,8 @@
 ///
 /// Example:
 ///   auto c = seqmix::models::make_model_config("moss", "tiny");
-///   // c.mixers == {"aib", "attention"}, c.activation == "leaky_relu", c.aib.bias
+///   // c.mixers == {"aib", "attention"}, c.activation == "leaky_relu",
+///   // c.options<seqmix::nn::AIBAttentionOptions>("aib").bias_av()
 #include <string>
 #include <utility>
 #include <vector>

@@ -8,9 +8,10 @@
 /// every gradient, float64 finite differences, float32 accuracy relative to the reference,
 /// padded rows); `seqmix bench ops` times the cases marked `benchmarked` at its own shapes.
 ///
-/// Adding an op: one family of cases in src/ops/op_cases.cpp (a function making inputs, one
-/// mapping them to the registered op's arguments, the configurations that matter); the tests
-/// (C++, and torch.library.opcheck from pytest) and the benchmark pick it up.
+/// Adding an op: one family of cases in its mixer's folder, src/mixers/<name>/op_cases.cpp (a
+/// function making inputs, one mapping them to the registered op's arguments, the
+/// configurations that matter); the tests (C++, and torch.library.opcheck from pytest) and
+/// the benchmark pick it up.
 ///
 /// Example:
 /// @code
