@@ -8,8 +8,8 @@
 // to stdout as it is generated; a line of statistics goes to stderr.
 #include <seqmix/generate/sampler.h>
 #include <seqmix/models/sequence_model.h>
-#include <seqmix/train/checkpoint.h>
-#include <seqmix/train/config.h>
+#include <seqmix/train/serialization/checkpoint.h>
+#include <seqmix/train/configuration/config.h>
 #include <seqmix/util/threads.h>
 
 #include <charconv>

@@ -11,7 +11,7 @@
 // Any configuration key can be changed after the steps, as with the CLI's --set:
 //   train_lm speech.txt runs/tf 200 model.preset=transformer train.lr=1e-3
 // (`seqmix train --dump-config` prints every key with its default).
-#include <seqmix/train/config.h>
+#include <seqmix/train/configuration/config.h>
 #include <seqmix/train/trainer.h>
 #include <seqmix/util/signals.h>
 

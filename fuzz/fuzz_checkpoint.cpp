@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "fuzz_input.h"
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 
 namespace {
 

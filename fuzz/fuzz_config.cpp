@@ -17,7 +17,7 @@
 
 #include "fuzz_input.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace {
 

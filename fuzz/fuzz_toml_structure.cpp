@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz_input.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "seqmix/dist/process_group.h"
-#include "seqmix/train/compare.h"
+#include "seqmix/train/reporting/compare.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
 

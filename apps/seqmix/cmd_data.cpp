@@ -11,7 +11,7 @@
 #include "seqmix/data/pathfinder.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/train/classify.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 #include "seqmix/util/files.h"
 
 namespace seqmix::cli {

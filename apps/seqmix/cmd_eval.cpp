@@ -10,7 +10,7 @@
 #include "seqmix/nn/precision.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/util/threads.h"
 
 namespace seqmix::cli {

@@ -1,13 +1,13 @@
 // seqmix export / import: a run as a file plain PyTorch reads (torch.load), and a run folder
-// from such a file or from a bare state dict written by Python (train/export.h).
+// from such a file or from a bare state dict written by Python (train/serialization/export.h).
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <memory>
 
 #include "common.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/export.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/serialization/export.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::cli {

@@ -7,7 +7,7 @@
 #include "common.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/nn/precision.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/util/threads.h"
 
 namespace seqmix::cli {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "seqmix/train/plot.h"
+#include "seqmix/train/reporting/plot.h"
 
 namespace seqmix::cli {
 

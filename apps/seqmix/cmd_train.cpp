@@ -16,8 +16,8 @@
 #include "common.h"
 #include "seqmix/dist/launcher.h"
 #include "seqmix/dist/process_group.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/signals.h"
 

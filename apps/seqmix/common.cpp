@@ -23,7 +23,7 @@
 #include "seqmix/dist/process_group.h"
 #include "seqmix/models/catalog.h"
 #include "seqmix/models/presets.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/paths.h"

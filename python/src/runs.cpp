@@ -1,5 +1,5 @@
-// seqmix._C: the run layer (train/resolve.h, train/export.h, generate/sampler.h,
-// train/evaluate.h) and the ops benchmark, for seqmix.build / seqmix.load / Model.save /
+// seqmix._C: the run layer (train/configuration/resolve.h, train/serialization/export.h,
+// generate/sampler.h, train/evaluate.h) and the ops benchmark, for seqmix.build / seqmix.load / Model.save /
 // Model.generate / Model.evaluate and `python -m seqmix.bench`. Everything a front end decides
 // (configuration order, tokenizer -> vocab_size, checkpoint checks, the run-folder rules) is
 // the library's, exactly as the CLI gets it.
@@ -14,11 +14,11 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/configuration/config.h"
 #include "seqmix/train/evaluate.h"
-#include "seqmix/train/export.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/export.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/signals.h"
 

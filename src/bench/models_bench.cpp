@@ -12,8 +12,8 @@
 #include "seqmix/bench/ops_bench.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/nn/precision.h"
-#include "seqmix/train/config.h"
-#include "seqmix/train/plot.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/reporting/plot.h"
 #include "seqmix/util/memory.h"
 
 namespace seqmix::bench {

@@ -20,7 +20,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "seqmix/dist/launcher.h"
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/reporting/metrics.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 

@@ -1,5 +1,5 @@
 // Through the seqmix binary ($SEQMIX_BIN, tests/support/cli.h): `seqmix export`: exported
-// weights (include/seqmix/train/export.h) from the command line.
+// weights (include/seqmix/train/serialization/export.h) from the command line.
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "seqmix/data/byte_corpus.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/export.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/serialization/export.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 #include "support/tiny_run.h"

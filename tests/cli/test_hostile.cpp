@@ -16,7 +16,7 @@
 #include <map>
 #include <string>
 
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 #include "support/cli.h"
 #include "support/errors.h"
 #include "support/temp_dir.h"

@@ -1,5 +1,5 @@
 // Through the seqmix binary ($SEQMIX_BIN, tests/support/cli.h): `seqmix plot` and `seqmix
-// compare` (include/seqmix/train/plot.h, compare.h) from the command line.
+// compare` (include/seqmix/train/reporting/plot.h, compare.h) from the command line.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "seqmix/train/compare.h"
-#include "seqmix/train/config.h"
-#include "seqmix/train/metrics.h"
-#include "seqmix/train/plot.h"
+#include "seqmix/train/reporting/compare.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/reporting/metrics.h"
+#include "seqmix/train/reporting/plot.h"
 #include "seqmix/util/paths.h"
 #include "support/cli.h"
 #include "support/fake_gnuplot.h"

@@ -18,7 +18,7 @@
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tasks.h"
 #include "seqmix/data/tokenizer.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 #include "seqmix/util/memory.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"

@@ -7,9 +7,9 @@
 
 #include "seqmix/data/tasks.h"
 #include "seqmix/train/classify.h"
-#include "seqmix/train/config.h"
-#include "seqmix/train/metrics.h"
-#include "seqmix/train/task_presets.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/reporting/metrics.h"
+#include "seqmix/train/configuration/task_presets.h"
 #include "seqmix/train/trainer.h"
 #include "support/gradcheck.h"
 

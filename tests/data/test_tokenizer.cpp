@@ -10,10 +10,10 @@
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/generate/sampler.h"
 #include "seqmix/models/presets.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/compare.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/reporting/compare.h"
 #include "seqmix/train/evaluate.h"
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/reporting/metrics.h"
 #include "seqmix/train/trainer.h"
 #include "support/gradcheck.h"
 

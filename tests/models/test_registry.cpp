@@ -11,7 +11,7 @@
 #include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 using namespace seqmix;
 

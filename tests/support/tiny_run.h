@@ -9,7 +9,7 @@
 
 #include "seqmix/models/presets.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 

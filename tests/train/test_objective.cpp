@@ -10,7 +10,7 @@
 #include "seqmix/train/classify.h"
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/objective.h"
-#include "seqmix/train/task_presets.h"
+#include "seqmix/train/configuration/task_presets.h"
 
 using namespace seqmix;
 

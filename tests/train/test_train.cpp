@@ -10,9 +10,9 @@
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/models/presets.h"
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 #include "seqmix/train/evaluate.h"
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/reporting/metrics.h"
 #include "seqmix/train/trainer.h"
 #include "support/gradcheck.h"
 

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "seqmix/models/presets.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/reporting/metrics.h"
 #include "seqmix/train/schedule.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/run_folder.h"

@@ -98,7 +98,7 @@ void run_generate_bench(const ModelsBenchOptions& options,
 std::string format_generate_table(const std::vector<nlohmann::json>& rows);
 
 /// Draws tokens/s and bytes per token against L (log-log, one line per model) into the PNG
-/// `path` with gnuplot (train/plot.h's run_gnuplot).
+/// `path` with gnuplot (train/reporting/plot.h's run_gnuplot).
 /// @throws std::runtime_error if gnuplot fails or is missing.
 void plot_models_bench(const std::vector<nlohmann::json>& rows, const std::string& path);
 

@@ -71,7 +71,8 @@ struct MixerSpec {
   /// are checked against the machine's memory before any layer is built.
   std::function<long double(const ModelConfig& c)> parameters;
   /// float32 values one layer's mixer keeps per position for backward (the training memory
-  /// estimate, train/config.cpp), given the positions `L`. Empty: 3 D (its inputs and output).
+  /// estimate, train/configuration/config.cpp), given the positions `L`. Empty: 3 D (its
+  /// inputs and output).
   std::function<double(const ModelConfig& c, double L)> activations;
   /// float32 values one layer's mixer holds during a training step whatever the batch size,
   /// besides its parameters (the training memory estimate), given the positions `L`. Empty:

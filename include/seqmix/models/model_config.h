@@ -79,7 +79,7 @@ util::Field<MixerOptions> option_field(const char* name, const char* doc, Get ge
 struct MixerSpec;
 
 /// Resolved from a preset, then a config file, then command-line overrides (see
-/// train/config.h), and stored in every checkpoint.
+/// train/configuration/config.h), and stored in every checkpoint.
 struct ModelConfig {
   std::string preset = "weird-net";  ///< preset the config came from (models/presets.h)
   std::string size = "mini";         ///< size the config came from

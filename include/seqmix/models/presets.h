@@ -2,8 +2,8 @@
 /// @file presets.h
 /// Named model presets and sizes, as data: a preset is one row (mixers, field overrides, a
 /// training recipe, its role on classification tasks). `seqmix info`, the --model help and
-/// the task recipes (train/task_presets.h) are generated from the rows; no code compares
-/// preset names.
+/// the task recipes (train/configuration/task_presets.h) are generated from the rows; no
+/// code compares preset names.
 ///
 /// Presets (docs/ARCHITECTURE.md, "Models"):
 ///   weird-net    Structure B: AIB attention in layers 1, 3, ..., causal self-attention in
@@ -42,7 +42,7 @@ enum class TaskRole {
   encoder,  ///< bidirectional, mean-pools the valid positions
 };
 
-/// Which published recipe a preset follows on the LRA tasks (train/task_presets.h).
+/// Which published recipe a preset follows on the LRA tasks (train/configuration/task_presets.h).
 enum class TaskRecipe {
   aib_net,  ///< AIB-Net Table II shapes and optimiser (all but ETSMLP)
   etsmlp,   ///< ETSMLP Table 5 (norm, LR, WD, dropout; its shapes at the paper size)

@@ -5,7 +5,7 @@
 /// stays, or constant.
 #include <cstdint>
 
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::train {
 

@@ -18,7 +18,7 @@
 #include <torch/optim/adamw.h>
 
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::util {
 class FolderLock;  // seqmix/util/run_folder.h
@@ -29,7 +29,7 @@ class ProcessGroup;  // seqmix/dist/process_group.h
 
 namespace seqmix::train {
 
-class CheckpointFile;  // seqmix/train/checkpoint.h
+class CheckpointFile;  // seqmix/train/serialization/checkpoint.h
 
 struct TrainOptions {
   /// Run folder (created if missing). It is locked while train() runs (a second process

@@ -3,7 +3,7 @@
 /// Configuration fields declared once. A configuration struct lists each of its fields a
 /// single time (name, C++ member, documentation, check, command-line flag); everything else
 /// (TOML reading and writing, `--set section.key=value`, `--dump-config`, validation and the
-/// key names in error messages) is generic code over those lists (train/config.cpp).
+/// key names in error messages) is generic code over those lists (train/configuration/config.cpp).
 ///
 /// Example:
 ///   struct Opts { int64_t width = 4; };

@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "seqmix/nn/aib_attention.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 #include "seqmix/train/schedule.h"
 #include "support/gradcheck.h"
 #include "support/errors.h"

@@ -1,4 +1,4 @@
-#include "seqmix/train/task_presets.h"
+#include "seqmix/train/configuration/task_presets.h"
 
 #include <fmt/format.h>
 

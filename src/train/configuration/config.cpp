@@ -1,4 +1,4 @@
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 #include <toml++/toml.h>
 
@@ -25,7 +25,7 @@
 #include "seqmix/data/tasks.h"
 #include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
-#include "seqmix/train/task_presets.h"
+#include "seqmix/train/configuration/task_presets.h"
 #include "seqmix/util/fields.h"
 #include "seqmix/util/memory.h"
 

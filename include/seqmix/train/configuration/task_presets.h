@@ -17,7 +17,7 @@
 /// has no bidirectional form). Retrieval models are two-tower (model.cls_pair).
 #include <string>
 
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::train {
 

@@ -1,4 +1,4 @@
-#include "seqmix/train/compare.h"
+#include "seqmix/train/reporting/compare.h"
 
 #include <fmt/format.h>
 
@@ -14,10 +14,10 @@
 #include <tuple>
 
 #include "seqmix/dist/process_group.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/metrics.h"
-#include "seqmix/train/plot.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/reporting/metrics.h"
+#include "seqmix/train/reporting/plot.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/paths.h"

@@ -1,4 +1,4 @@
-#include "seqmix/train/export.h"
+#include "seqmix/train/serialization/export.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <caffe2/serialize/inline_container.h>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "archive_check.h"
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"

@@ -1,4 +1,4 @@
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>

@@ -1,4 +1,4 @@
-#include "seqmix/train/plot.h"
+#include "seqmix/train/reporting/plot.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -18,8 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "seqmix/train/config.h"
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/reporting/metrics.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/paths.h"
 #include "seqmix/util/run_folder.h"

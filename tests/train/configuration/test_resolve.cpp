@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "seqmix/data/byte_corpus.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "support/gradcheck.h"
 #include "support/errors.h"
 

@@ -34,8 +34,8 @@
 
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/configuration/resolve.h"
 
 namespace seqmix::train {
 

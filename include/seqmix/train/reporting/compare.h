@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::dist {
 class ProcessGroup;  // seqmix/dist/process_group.h

@@ -1,4 +1,4 @@
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/configuration/resolve.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tasks.h"
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/dist/process_group.h"
 #include "seqmix/util/files.h"

@@ -21,7 +21,7 @@
 #include "seqmix/data/labelled.h"
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 #include "seqmix/train/trainer.h"
 
 namespace seqmix::train {

@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "seqmix/train/compare.h"
-#include "seqmix/train/config.h"
-#include "seqmix/train/metrics.h"
-#include "seqmix/train/plot.h"
+#include "seqmix/train/reporting/compare.h"
+#include "seqmix/train/configuration/config.h"
+#include "seqmix/train/reporting/metrics.h"
+#include "seqmix/train/reporting/plot.h"
 #include "seqmix/util/paths.h"
 #include "support/cli.h"
 #include "support/fake_gnuplot.h"

@@ -11,7 +11,7 @@
 
 #include "seqmix/data/tokenizer.h"
 #include "seqmix/models/sequence_model.h"
-#include "seqmix/train/config.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::train {
 

@@ -1,4 +1,4 @@
-#include "seqmix/train/metrics.h"
+#include "seqmix/train/reporting/metrics.h"
 
 #include <stdexcept>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "seqmix/models/presets.h"
-#include "seqmix/train/checkpoint.h"
+#include "seqmix/train/serialization/checkpoint.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
 

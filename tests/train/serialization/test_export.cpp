@@ -1,5 +1,5 @@
-// Plain PyTorch export and import (train/export.h): an export and a run folder written by
-// save_run give the model's logits exactly; a bare state dict loads with a configuration given
+// Plain PyTorch export and import (train/serialization/export.h): an export and a run folder
+// written by save_run give the model's logits exactly; a bare state dict loads with a configuration given
 // beside it; every mismatch (shape, missing or extra name, dtype, non-finite value) and every
 // file that is neither kind (garbage, truncated, another format or version) is an error naming
 // the file and the tensor; the CLI evaluates, generates from and resumes an imported run.
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "seqmix/data/byte_corpus.h"
-#include "seqmix/train/checkpoint.h"
-#include "seqmix/train/export.h"
-#include "seqmix/train/resolve.h"
+#include "seqmix/train/serialization/checkpoint.h"
+#include "seqmix/train/serialization/export.h"
+#include "seqmix/train/configuration/resolve.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 #include "support/tiny_run.h"
