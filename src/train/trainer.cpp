@@ -437,14 +437,64 @@ std::string nonfinite_parameter(models::SequenceModel& model) {
   return {};
 }
 
-TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& options,
-                            RunFiles& files, const fs::path& ckpt_path,
-                            const std::function<double()>& run_seconds, double& seconds_before) {
-  const fs::path out = ckpt_path.parent_path();
-  RunConfig config = requested;
-  std::vector<std::string> notes;  // said once the progress display exists
+// One run in its folder. It lives in train_in_folder's frame from set-up to the end of the
+// loop: the data plan's callbacks hold references to its members.
+struct Run {
+  Run(const TrainOptions& options, RunFiles& files, fs::path ckpt_path,
+      const std::function<double()>& run_seconds)
+      : options(options),
+        files(files),
+        ckpt_path(std::move(ckpt_path)),
+        out(this->ckpt_path.parent_path()),
+        run_seconds(run_seconds) {}
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  const TrainOptions& options;
+  RunFiles& files;
+  const fs::path ckpt_path, out;
+  const std::function<double()>& run_seconds;
+
+  // resolve_against_checkpoint: what the run trains.
+  RunConfig config;
   std::shared_ptr<CheckpointFile> resumed;  // opened once: configuration, tokenizer, state
   int64_t stored_max_steps = 0;
+  std::vector<std::string> notes;  // said once the progress display exists
+
+  // set_up: what it trains with.
+  data::Tokenizer tokenizer = data::Tokenizer::bytes();
+  bool task = false;  // a classification task, else language modelling
+  dist::ProcessGroup* group = nullptr;
+  bool writer = true;  // rank 0: writes the run folder
+  int64_t threads = 0;
+  models::SequenceModel model{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  int64_t start = 0;  // the step the loop starts from
+  TrainingPlan plan;
+  nn::Precision precision = nn::Precision::fp32;
+  std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
+  std::unique_ptr<util::Progress> progress;
+  TrainResult result;  // the plan's held-out scores land here
+
+  // A metrics line (nothing on a rank other than 0 of a data-parallel run), with the run's time.
+  LogFn log = [this](nlohmann::json line) {
+    if (!metrics) return;
+    line["time_s"] = run_seconds();
+    metrics->write(line);
+  };
+  SayFn say = [this](const std::string& line) { progress->message(line); };
+};
+
+// The configuration the run trains: the requested one; resuming, the checkpoint's, with only
+// what may change on resume taken from the request, and notes on what that changes.
+void resolve_against_checkpoint(Run& run, const RunConfig& requested) {
+  const TrainOptions& options = run.options;
+  const fs::path& ckpt_path = run.ckpt_path;
+  RunConfig& config = run.config;
+  std::vector<std::string>& notes = run.notes;
+  std::shared_ptr<CheckpointFile>& resumed = run.resumed;
+  int64_t& stored_max_steps = run.stored_max_steps;
+  config = requested;
   if (options.resume) {
     resumed = options.checkpoint;
     if (!resumed) {
@@ -505,10 +555,23 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
           horizon, rates, config.train.max_steps));
     }
   }
+}
+
+// Everything before the first step: tokenizer, checks, threads, model and optimizer (restored
+// when resuming), the ranks' agreement on configuration, build and data, the run folder's
+// files and the start lines. A resumed run that is already finished returns its figures.
+std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
+  const TrainOptions& options = run.options;
+  RunFiles& files = run.files;
+  const fs::path &ckpt_path = run.ckpt_path, &out = run.out;
+  const RunConfig& config = run.config;
+  const std::shared_ptr<CheckpointFile>& resumed = run.resumed;
+  const int64_t stored_max_steps = run.stored_max_steps;
+  std::vector<std::string>& notes = run.notes;
 
   // The tokenizer first: a vocabulary mismatch should fail before anything is built.
-  data::Tokenizer tokenizer = data::Tokenizer::bytes();
-  const bool task = !config.data.task.empty();
+  data::Tokenizer& tokenizer = run.tokenizer;
+  const bool task = run.task = !config.data.task.empty();
   if (options.resume && config.data.tokenizer != "bytes") {
     tokenizer = resumed->tokenizer();
     if (fs::is_regular_file(config.data.tokenizer) &&
@@ -533,8 +596,8 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     notes.push_back(fmt::format("warning: train.warmup_steps ({}) is not below train.max_steps "
                                 "({}): the learning rate never reaches train.lr ({:.3g})",
                                 t.warmup_steps, t.max_steps, t.lr));
-  dist::ProcessGroup* const group = options.group.get();
-  const bool writer = files.writer();
+  dist::ProcessGroup* const group = run.group = options.group.get();
+  const bool writer = run.writer = files.writer();
   if (group && t.batch_size % group->world_size() != 0)
     throw std::runtime_error(fmt::format(
         "train.batch_size (--batch-size) {} is not a multiple of WORLD_SIZE {}: every rank "
@@ -545,11 +608,11 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   if (group && want_threads == 0)
     want_threads = std::max<int64_t>(
         1, static_cast<int64_t>(std::thread::hardware_concurrency()) / group->env().local_world_size);
-  const int64_t threads = util::configure_threads(want_threads);
+  const int64_t threads = run.threads = util::configure_threads(want_threads);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
-  models::SequenceModel model(config.model);
-  auto optimizer = make_optimizer(model, t);
-  int64_t start = 0;
+  models::SequenceModel& model = run.model = models::SequenceModel(config.model);
+  auto& optimizer = run.optimizer = make_optimizer(model, t);
+  int64_t& start = run.start;
   if (resumed) {
     start = resumed->load(model, optimizer.get(), &seconds_before);
     resumed->close();  // the archive holds a copy of every tensor
@@ -607,16 +670,12 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
     }
   }
 
-  TrainResult result;
-  std::unique_ptr<MetricsWriter> metrics;
-  std::unique_ptr<util::Progress> progress;
-  auto log = [&](nlohmann::json line) {
-    if (!metrics) return;  // a rank other than 0 of a data-parallel run
-    line["time_s"] = run_seconds();
-    metrics->write(line);
-  };
-  auto say = [&](const std::string& line) { progress->message(line); };
-  TrainingPlan plan;
+  TrainResult& result = run.result;
+  std::unique_ptr<MetricsWriter>& metrics = run.metrics;
+  std::unique_ptr<util::Progress>& progress = run.progress;
+  const LogFn& log = run.log;
+  const SayFn& say = run.say;
+  TrainingPlan& plan = run.plan;
   auto make_plan = [&] {
     plan = task ? classification_plan(config, model, log, say, result, group)
                 : language_model_plan(config, model, tokenizer, log, say, result, group);
@@ -678,7 +737,7 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   util::ProgressOptions progress_options;
   if (!writer) progress_options.out = dev_null();
   progress = std::make_unique<util::Progress>("train", t.max_steps, start, progress_options);
-  const nn::Precision precision = nn::parse_precision(t.precision);
+  const nn::Precision precision = run.precision = nn::parse_precision(t.precision);
   say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads{}, {}; {}; batch {}, {} steps{}",
                   config.model.preset, config.model.size, config.model.num_parameters(), threads,
                   group ? fmt::format(" per worker x {} workers (Gloo)", group->world_size()) : "",
@@ -692,6 +751,33 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   std::istringstream summary(config_summary(config));
   for (std::string line; std::getline(summary, line);) say(line);
   for (const auto& n : notes) say(n);
+  return std::nullopt;
+}
+
+// The training loop, from run.start to train.max_steps: schedule, forward under autocast,
+// backward, gradient all-reduce, non-finite checks, clipping, the optimizer step, logging,
+// held-out evaluation, checkpoints and stop signals; then the final evaluation.
+TrainResult training_loop(Run& run) {
+  const TrainOptions& options = run.options;
+  RunFiles& files = run.files;
+  const fs::path &ckpt_path = run.ckpt_path, &out = run.out;
+  const std::function<double()>& run_seconds = run.run_seconds;
+  const RunConfig& config = run.config;
+  const auto& t = config.train;
+  const std::shared_ptr<CheckpointFile>& resumed = run.resumed;
+  const int64_t stored_max_steps = run.stored_max_steps, start = run.start;
+  const data::Tokenizer& tokenizer = run.tokenizer;
+  const bool task = run.task, writer = run.writer;
+  dist::ProcessGroup* const group = run.group;
+  models::SequenceModel& model = run.model;
+  std::unique_ptr<torch::optim::AdamW>& optimizer = run.optimizer;
+  TrainingPlan& plan = run.plan;
+  const nn::Precision precision = run.precision;
+  std::unique_ptr<util::Progress>& progress = run.progress;
+  TrainResult& result = run.result;
+  const LogFn& log = run.log;
+  const SayFn& say = run.say;
+
   int64_t last_checkpoint = start;
   // Buffers (BatchNorm's running statistics) follow each rank's own batches: rank 0's are
   // the model's, sent to all before anything is scored or saved (DDP's broadcast_buffers).
@@ -920,6 +1006,16 @@ TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& opti
   result.steps = std::max(start, t.max_steps);
   result.seconds = run_seconds();
   return result;
+}
+
+
+TrainResult train_in_folder(const RunConfig& requested, const TrainOptions& options,
+                            RunFiles& files, const fs::path& ckpt_path,
+                            const std::function<double()>& run_seconds, double& seconds_before) {
+  Run run(options, files, ckpt_path, run_seconds);
+  resolve_against_checkpoint(run, requested);
+  if (auto finished = set_up(run, seconds_before)) return *finished;
+  return training_loop(run);
 }
 
 RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
