@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/data/tasks.h"
+#include "seqmix/models/mixer_registry.h"
 #include "seqmix/train/serialization/checkpoint.h"
 #include "seqmix/train/classify.h"
 #include "seqmix/dist/process_group.h"
@@ -206,8 +208,23 @@ std::string config_summary(const RunConfig& config) {
   std::stable_sort(sections.begin(), sections.end(), [](const auto& a, const auto& b) {
     return a.second->source().begin.line < b.second->source().begin.line;
   });
+  std::string all;
+  for (const auto& [name, table] : sections) summarise(*table, name, all);
+  // Of the mixer sections, those of the mixers this model uses (config.toml has them all).
+  std::set<std::string> used;
+  for (const auto& row : models::mixer_registry())
+    if (std::find(config.model.mixers.begin(), config.model.mixers.end(), row.name) !=
+        config.model.mixers.end())
+      used.insert("model." + row.section);
+  std::set<std::string> mixer_sections;
+  for (const auto& row : models::mixer_registry())
+    if (!row.section.empty()) mixer_sections.insert("model." + row.section);
   std::string out;
-  for (const auto& [name, table] : sections) summarise(*table, name, out);
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string name = line.substr(0, line.find(':'));
+    if (!mixer_sections.count(name) || used.count(name)) out += line + "\n";
+  }
   return out;
 }
 

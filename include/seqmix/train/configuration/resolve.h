@@ -145,7 +145,7 @@ EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,
 /// a section's preset and size come first; strings bare (quoted only when empty or holding
 /// spaces), arrays as [a,b], numbers in their shortest exact form. Every line ends in '\n'.
 /// Built from the TOML text, so sections added to the configuration appear without change
-/// here.
+/// here. Of the mixer sections ([model.aib], ...), only those of the mixers in model.mixers.
 std::string config_summary(const RunConfig& config);
 
 }  // namespace seqmix::train
