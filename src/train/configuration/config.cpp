@@ -36,30 +36,87 @@ namespace {
 using util::Field;
 using util::FieldValue;
 
+// No control characters (newline, escape, ...): paths reach messages, JSON and plot scripts.
+std::string plain_text_check(const std::string& v) {
+  for (const unsigned char ch : v)
+    if (ch < 0x20 || ch == 0x7f)
+      return "must not contain control characters (newline, tab, escape, ...)";
+  return "";
+}
+
+// "must be 0 (the default) or in [lo, hi]"-style checks of one integer field.
+template <class S>
+typename Field<S>::Check default_or_range(int64_t S::*m, int64_t none, int64_t lo, int64_t hi,
+                                          std::string what) {
+  return [=](const S& s) -> std::string {
+    const int64_t v = s.*m;
+    if (v == none || (v >= lo && v <= hi)) return "";
+    return what + std::to_string(hi) + "], got " + std::to_string(v);
+  };
+}
+
+// Each field's own check lives with its declaration; checks that relate fields of several
+// sections (a task's vocabulary and the model's, a Pathfinder image and model.max_len) are
+// RunConfig::validate's.
 const std::vector<Field<DataConfig>>& data_fields() {
   using D = DataConfig;
   static const std::vector<Field<D>> f = {
-      {"source", &D::source, "corpus name or text file/folder", {}, false, "--data"},
-      {"dir", &D::dir, "folder scripts/setup.sh fills ('': the default lookup)", {}, false,
-       "--data-dir"},
-      {"eval_split", &D::eval_split, "valid or test"},
-      {"tokenizer", &D::tokenizer, "bytes or a SentencePiece model path", {}, true,
-       "--tokenizer"},
+      {"source", &D::source, "corpus name or text file/folder",
+       [](const D& d) -> std::string {
+         if (d.source.empty())
+           return "must name a corpus (sotu, moby-dick) or a text file or folder";
+         return plain_text_check(d.source);
+       },
+       false, "--data"},
+      {"dir", &D::dir, "folder scripts/setup.sh fills ('': the default lookup)",
+       [](const D& d) { return plain_text_check(d.dir); }, false, "--data-dir"},
+      {"eval_split", &D::eval_split, "valid or test",
+       util::one_of<D>(&D::eval_split, {"valid", "test"})},
+      {"tokenizer", &D::tokenizer, "bytes or a SentencePiece model path",
+       [](const D& d) -> std::string {
+         if (d.tokenizer.empty()) return "must be 'bytes' or a SentencePiece model path";
+         return plain_text_check(d.tokenizer);
+       },
+       true, "--tokenizer"},
       {"task", &D::task, "classification task ('': language modelling)", {}, true, "--task"},
-      {"task_seed", &D::task_seed, "task data generation and splits", {}, true},
-      {"train_examples", &D::train_examples, "examples (0: the task's default)", {}, true},
-      {"valid_examples", &D::valid_examples, "examples (0: the task's default)", {}, true},
-      {"test_examples", &D::test_examples, "examples (0: the task's default)", {}, true},
+      {"task_seed", &D::task_seed, "task data generation and splits",
+       util::at_least<D>(&D::task_seed, 0), true},
+      {"train_examples", &D::train_examples, "examples (0: the task's default)",
+       util::at_least<D>(&D::train_examples, 0, " (0: the task's default)"), true},
+      {"valid_examples", &D::valid_examples, "examples (0: the task's default)",
+       util::at_least<D>(&D::valid_examples, 0, " (0: the task's default)"), true},
+      {"test_examples", &D::test_examples, "examples (0: the task's default)",
+       util::at_least<D>(&D::test_examples, 0, " (0: the task's default)"), true},
       {"pad_to_multiple", &D::pad_to_multiple, "task batches padded to a multiple of this",
-       {}, true},
+       util::at_least<D>(&D::pad_to_multiple, 1), true},
       {"pathfinder_dashes", &D::pathfinder_dashes,
-       "dashes per Pathfinder path (0: 14 at 32 px, LRA's hard set)", {}, true},
+       "dashes per Pathfinder path (0: 14 at 32 px, LRA's hard set)",
+       default_or_range<D>(&D::pathfinder_dashes, 0, 2, D::kMaxPathfinderDashes,
+                           "must be 0 (the default) or in [2, "),
+       true},
       {"pathfinder_distractors", &D::pathfinder_distractors,
-       "Pathfinder distractor paths (-1: the default, 5 at 32 px)", {}, true},
+       "Pathfinder distractor paths (-1: the default, 5 at 32 px)",
+       default_or_range<D>(&D::pathfinder_distractors, -1, 0, D::kMaxPathfinderDistractors,
+                           "must be -1 (the default) or in [0, "),
+       true},
       {"pathfinder_resolution", &D::pathfinder_resolution,
-       "Pathfinder image side in pixels (0: the task's, 32 or 128)", {}, true},
+       "Pathfinder image side in pixels (0: the task's, 32 or 128)",
+       [](const D& d) -> std::string {
+         const int64_t v = d.pathfinder_resolution;
+         const int64_t lo = data::PathfinderOptions::kMinResolution,
+                       hi = data::PathfinderOptions::kMaxResolution;
+         if (v == 0 || (v >= lo && v <= hi)) return "";
+         return "must be 0 (the task's: 32 for pathfinder, 128 for pathx) or in [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "] pixels, got " +
+                std::to_string(v);
+       },
+       true},
       {"retrieval_negative_neighbours", &D::retrieval_negative_neighbours,
-       "Retrieval negatives from this many presidents each side (-1: 2; 0: any)", {}, true},
+       "Retrieval negatives from this many presidents each side (-1: 2; 0: any)",
+       default_or_range<D>(&D::retrieval_negative_neighbours, -1, 0,
+                           D::kMaxRetrievalNegativeNeighbours,
+                           "must be -1 (the default, 2), 0 (any president) or in [1, "),
+       true},
   };
   return f;
 }
@@ -67,28 +124,43 @@ const std::vector<Field<DataConfig>>& data_fields() {
 const std::vector<Field<TrainConfig>>& train_fields() {
   using T = TrainConfig;
   static const std::vector<Field<T>> f = {
-      {"batch_size", &T::batch_size, "sequences per step", {}, false, "--batch-size"},
-      {"max_steps", &T::max_steps, "optimizer steps", {}, false, "--max-steps"},
-      {"lr", &T::lr, "peak learning rate", {}, false, "--lr"},
-      {"min_lr_ratio", &T::min_lr_ratio, "final lr = lr x this"},
-      {"warmup_steps", &T::warmup_steps, "linear warm-up steps"},
-      {"schedule", &T::schedule, "cosine | linear | constant"},
-      {"decay_steps", &T::decay_steps, "steps the schedule decays over (0: max_steps)", {},
-       true},
-      {"weight_decay", &T::weight_decay, "AdamW decoupled decay (weight matrices)"},
-      {"beta1", &T::beta1, "AdamW beta1"},
-      {"beta2", &T::beta2, "AdamW beta2"},
-      {"eps", &T::eps, "AdamW epsilon"},
-      {"grad_clip", &T::grad_clip, "max global gradient norm (0: off)"},
-      {"eval_interval", &T::eval_interval, "steps between evaluations (0: at the end)"},
-      {"eval_max_bytes", &T::eval_max_bytes, "held-out tokens per periodic evaluation"},
-      {"checkpoint_interval", &T::checkpoint_interval, "steps between checkpoints"},
-      {"log_interval", &T::log_interval, "steps between metrics lines"},
-      {"seed", &T::seed, "init, batch order, sampling", {}, false, "--seed"},
-      {"threads", &T::threads, "intra-op threads (0: all)", {}, false, "--threads"},
-      {"nonfinite", &T::nonfinite, "stop | skip on a non-finite loss", {}, true},
-      {"precision", &T::precision, "fp32 | bf16 (bfloat16 matrix products, fp32 weights)", {},
-       true, "--precision"},
+      {"batch_size", &T::batch_size, "sequences per step", util::at_least<T>(&T::batch_size, 1),
+       false, "--batch-size"},
+      {"max_steps", &T::max_steps, "optimizer steps", util::at_least<T>(&T::max_steps, 0), false,
+       "--max-steps"},
+      {"lr", &T::lr, "peak learning rate", util::finite_above<T>(&T::lr, 0, true), false,
+       "--lr"},
+      {"min_lr_ratio", &T::min_lr_ratio, "final lr = lr x this",
+       util::in_range<T>(&T::min_lr_ratio, 0, 1, false, " (final lr = lr x this)")},
+      {"warmup_steps", &T::warmup_steps, "linear warm-up steps",
+       util::at_least<T>(&T::warmup_steps, 0)},
+      {"schedule", &T::schedule, "cosine | linear | constant",
+       util::one_of<T>(&T::schedule, {"cosine", "linear", "constant"})},
+      {"decay_steps", &T::decay_steps, "steps the schedule decays over (0: max_steps)",
+       util::at_least<T>(&T::decay_steps, 0, " (0: train.max_steps)"), true},
+      {"weight_decay", &T::weight_decay, "AdamW decoupled decay (weight matrices)",
+       util::finite_above<T>(&T::weight_decay, 0, false)},
+      {"beta1", &T::beta1, "AdamW beta1", util::in_range<T>(&T::beta1, 0, 1, true)},
+      {"beta2", &T::beta2, "AdamW beta2", util::in_range<T>(&T::beta2, 0, 1, true)},
+      {"eps", &T::eps, "AdamW epsilon", util::finite_above<T>(&T::eps, 0, true)},
+      {"grad_clip", &T::grad_clip, "max global gradient norm (0: off)",
+       util::finite_above<T>(&T::grad_clip, 0, false, " (0: no clipping)")},
+      {"eval_interval", &T::eval_interval, "steps between evaluations (0: at the end)",
+       util::at_least<T>(&T::eval_interval, 0, " (0: only at the end)")},
+      {"eval_max_bytes", &T::eval_max_bytes, "held-out tokens per periodic evaluation",
+       util::at_least<T>(&T::eval_max_bytes, 0, " (0: the whole split)")},
+      {"checkpoint_interval", &T::checkpoint_interval, "steps between checkpoints",
+       util::at_least<T>(&T::checkpoint_interval, 0, " (0: only at the end)")},
+      {"log_interval", &T::log_interval, "steps between metrics lines",
+       util::at_least<T>(&T::log_interval, 1)},
+      {"seed", &T::seed, "init, batch order, sampling", util::at_least<T>(&T::seed, 0), false,
+       "--seed"},
+      {"threads", &T::threads, "intra-op threads (0: all)",
+       util::at_least<T>(&T::threads, 0, " (0: all hardware threads)"), false, "--threads"},
+      {"nonfinite", &T::nonfinite, "stop | skip on a non-finite loss",
+       util::one_of<T>(&T::nonfinite, {"stop", "skip"}), true},
+      {"precision", &T::precision, "fp32 | bf16 (bfloat16 matrix products, fp32 weights)",
+       util::one_of<T>(&T::precision, {"fp32", "bf16"}), true, "--precision"},
   };
   return f;
 }
@@ -511,33 +583,6 @@ constexpr int64_t kMaxTaskExamples = data::ListOpsOptions::kMaxSequences;
   throw std::invalid_argument(describe_key(key) + ": " + what);
 }
 
-void at_least(const std::string& key, int64_t v, int64_t lo, const std::string& note = "") {
-  if (v < lo)
-    fail(key, "must be >= " + std::to_string(lo) + note + ", got " + std::to_string(v));
-}
-
-// lo <= v (< or <=) hi, finite; NaN fails every comparison.
-void in_range(const std::string& key, double v, double lo, double hi, bool hi_open,
-              const std::string& note = "") {
-  if (!(std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi)))
-    fail(key, "must be a number in [" + number(lo) + ", " + number(hi) + (hi_open ? ")" : "]") +
-                  note + ", got " + number(v));
-}
-
-void finite_at_least(const std::string& key, double v, double lo, bool open,
-                     const std::string& note = "") {
-  if (!(std::isfinite(v) && (open ? v > lo : v >= lo)))
-    fail(key, "must be a finite number " + std::string(open ? "> " : ">= ") + number(lo) + note +
-                  ", got " + number(v));
-}
-
-// Paths reach messages, JSON and plot scripts: no control characters (newline, escape, ...).
-void plain_text(const std::string& key, const std::string& v) {
-  for (const unsigned char ch : v)
-    if (ch < 0x20 || ch == 0x7f)
-      fail(key, "must not contain control characters (newline, tab, escape, ...)");
-}
-
 }  // namespace
 
 void RunConfig::validate() const {
@@ -551,64 +596,16 @@ void RunConfig::validate() const {
       throw std::invalid_argument(describe_key(what.substr(0, colon)) + what.substr(colon));
     throw;
   }
-  const auto& t = train;
-  at_least("train.batch_size", t.batch_size, 1);
-  at_least("train.max_steps", t.max_steps, 0);
-  finite_at_least("train.lr", t.lr, 0, true);
-  in_range("train.min_lr_ratio", t.min_lr_ratio, 0, 1, false, " (final lr = lr x this)");
-  at_least("train.warmup_steps", t.warmup_steps, 0);
-  at_least("train.decay_steps", t.decay_steps, 0, " (0: train.max_steps)");
-  if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
-    fail("train.schedule", "must be cosine, linear or constant, got '" + t.schedule + "'");
-  finite_at_least("train.weight_decay", t.weight_decay, 0, false);
-  in_range("train.beta1", t.beta1, 0, 1, true);
-  in_range("train.beta2", t.beta2, 0, 1, true);
-  finite_at_least("train.eps", t.eps, 0, true);
-  finite_at_least("train.grad_clip", t.grad_clip, 0, false, " (0: no clipping)");
-  at_least("train.eval_interval", t.eval_interval, 0, " (0: only at the end)");
-  at_least("train.eval_max_bytes", t.eval_max_bytes, 0, " (0: the whole split)");
-  at_least("train.checkpoint_interval", t.checkpoint_interval, 0, " (0: only at the end)");
-  at_least("train.log_interval", t.log_interval, 1);
-  at_least("train.seed", t.seed, 0);
-  at_least("train.threads", t.threads, 0, " (0: all hardware threads)");
-  if (t.nonfinite != "stop" && t.nonfinite != "skip")
-    fail("train.nonfinite", "must be stop or skip, got '" + t.nonfinite + "'");
-  if (t.precision != "fp32" && t.precision != "bf16")
-    fail("train.precision", "must be fp32 or bf16, got '" + t.precision + "'");
+  // Each field's own check, [train] then [data], as declared.
+  auto check_section = [](const std::string& path, const auto& section, const auto& fields) {
+    for (const auto& f : fields)
+      if (f.check)
+        if (const std::string what = f.check(section); !what.empty())
+          fail(path + "." + f.name, what);
+  };
+  check_section("train", train, train_fields());
+  check_section("data", data, data_fields());
   const auto& d = data;
-  if (d.source.empty())
-    fail("data.source", "must name a corpus (sotu, moby-dick) or a text file or folder");
-  plain_text("data.source", d.source);
-  plain_text("data.dir", d.dir);
-  plain_text("data.tokenizer", d.tokenizer);
-  if (d.eval_split != "valid" && d.eval_split != "test")
-    fail("data.eval_split", "must be valid or test, got '" + d.eval_split + "'");
-  if (d.tokenizer.empty()) fail("data.tokenizer", "must be 'bytes' or a SentencePiece model path");
-  at_least("data.pad_to_multiple", d.pad_to_multiple, 1);
-  at_least("data.task_seed", d.task_seed, 0);
-  at_least("data.train_examples", d.train_examples, 0, " (0: the task's default)");
-  at_least("data.valid_examples", d.valid_examples, 0, " (0: the task's default)");
-  at_least("data.test_examples", d.test_examples, 0, " (0: the task's default)");
-  if (d.pathfinder_dashes != 0 && (d.pathfinder_dashes < 2 ||
-                                   d.pathfinder_dashes > DataConfig::kMaxPathfinderDashes))
-    fail("data.pathfinder_dashes",
-         "must be 0 (the default) or in [2, " +
-             std::to_string(DataConfig::kMaxPathfinderDashes) + "], got " +
-             std::to_string(d.pathfinder_dashes));
-  if (d.pathfinder_distractors < -1 ||
-      d.pathfinder_distractors > DataConfig::kMaxPathfinderDistractors)
-    fail("data.pathfinder_distractors",
-         "must be -1 (the default) or in [0, " +
-             std::to_string(DataConfig::kMaxPathfinderDistractors) + "], got " +
-             std::to_string(d.pathfinder_distractors));
-  if (d.pathfinder_resolution != 0 &&
-      (d.pathfinder_resolution < data::PathfinderOptions::kMinResolution ||
-       d.pathfinder_resolution > data::PathfinderOptions::kMaxResolution))
-    fail("data.pathfinder_resolution",
-         "must be 0 (the task's: 32 for pathfinder, 128 for pathx) or in [" +
-             std::to_string(data::PathfinderOptions::kMinResolution) + ", " +
-             std::to_string(data::PathfinderOptions::kMaxResolution) + "] pixels, got " +
-             std::to_string(d.pathfinder_resolution));
   if ((d.pathfinder_dashes != 0 || d.pathfinder_distractors != -1 ||
        d.pathfinder_resolution != 0) &&
       d.task != "pathfinder" && d.task != "pathx")
