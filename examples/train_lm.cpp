@@ -34,17 +34,6 @@ constexpr const char* kUsage =
     "  STEPS       optimizer steps, default 20\n"
     "  key=value   any configuration key, e.g. model.preset=transformer train.lr=1e-3\n";
 
-// Overrides are parsed as TOML values, so a file name goes in as a TOML string: quoted, with
-// its quotes and backslashes escaped, so that spaces or '#' in it survive.
-std::string toml_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 // A positive integer, all of `text`; false for anything else ("20x", "-3", "", overflow).
 bool parse_positive(const std::string& text, int64_t& value) {
   const char* end = text.data() + text.size();
@@ -84,31 +73,34 @@ int main(int argc, char** argv) {
   // The configuration, resolved as the CLI resolves it: the preset's values first, then
   // these overrides in order (no TOML file here, hence ""). The tiny Weird-Net (two layers,
   // width 64, context 128 bytes) learns something in a few hundred steps on a CPU.
-  std::vector<std::string> overrides = {
-      "model.preset=weird-net",
-      "model.size=tiny",
-      // A path the data loader reads as one file; absolute, so that the stored
-      // configuration still finds it from another working directory.
-      "data.source=" + toml_string(fs::absolute(text_file).string()),
-      "train.max_steps=" + std::to_string(steps),
-      "train.batch_size=8",
-      // The presets warm up over 100 steps; a short run warms up over its first tenth.
-      "train.warmup_steps=" + std::to_string(std::min<int64_t>(100, steps / 10)),
-      // Evaluate and checkpoint once, at the end (a long run would rather do it every few
-      // hundred steps, so that an interrupted run loses little).
-      "train.eval_interval=0",
-      "train.checkpoint_interval=0",
-      "train.log_interval=" + std::to_string(std::max<int64_t>(1, steps / 10)),
-  };
-  for (int i = first_override; i < argc; ++i) {
-    const std::string o = argv[i];
-    if (o.find('=') == std::string::npos || o.find('.') > o.find('='))
-      return fail("'" + o + "' is not section.key=value (e.g. train.lr=1e-3)");
-    overrides.push_back(o);
+  // Values of the program's own are given typed; the command line's key=value texts are
+  // parsed into their keys' types (Override in seqmix/train/configuration/config.h).
+  std::vector<seqmix::train::Override> overrides;
+  try {
+    overrides = {
+        {"model.preset", "weird-net"},
+        {"model.size", "tiny"},
+        // Absolute, so that the stored configuration still finds it from another working
+        // directory.
+        {"data.source", fs::absolute(text_file).string()},
+        {"train.max_steps", steps},
+        {"train.batch_size", int64_t{8}},
+        // The presets warm up over 100 steps; a short run warms up over its first tenth.
+        {"train.warmup_steps", std::min<int64_t>(100, steps / 10)},
+        // Evaluate and checkpoint once, at the end (a long run would rather do it every few
+        // hundred steps, so that an interrupted run loses little).
+        {"train.eval_interval", int64_t{0}},
+        {"train.checkpoint_interval", int64_t{0}},
+        {"train.log_interval", std::max<int64_t>(1, steps / 10)},
+    };
+    // Throws, naming the override, for an unknown key or a value of another type.
+    for (int i = first_override; i < argc; ++i) overrides.emplace_back(std::string(argv[i]));
+  } catch (const std::exception& e) {
+    return fail(e.what());
   }
 
   try {
-    // Throws, naming the key, for unknown keys, wrong types and values out of range.
+    // Throws, naming the key, for values out of range.
     const seqmix::train::RunConfig config = seqmix::train::resolve_config("", overrides);
     std::fprintf(stderr, "train_lm: %s/%s, %.2fM parameters, %lld steps on '%s'\n",
                  config.model.preset.c_str(), config.model.size.c_str(),

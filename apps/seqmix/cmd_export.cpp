@@ -45,7 +45,7 @@ int run_import(const ImportFlags& f) {
   util::check_path_text(f.out, "--out");
   const auto& c = f.config;
   // Only a configuration that was asked for: flags given and --set.
-  const std::vector<std::string> overrides = c.overrides();
+  const std::vector<train::Override> overrides = c.overrides();
   const bool configured = !c.config_path.empty() || !overrides.empty();
   train::RunRequest request{c.config_path, "", overrides};
   train::LoadedRun run = train::load_export(f.file, configured ? &request : nullptr);

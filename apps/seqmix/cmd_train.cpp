@@ -34,30 +34,24 @@ struct TrainFlags {
 
 int train_here(const TrainFlags& f) {
   const dist::LaunchEnv env = dist::LaunchEnv::from_environment();
-  std::shared_ptr<dist::ProcessGroup> group = f.dump ? nullptr : f.dist.join();
-  train::TrainOptions options = train::open_training_folder(f.out, f.resume, group);
-  train::RunConfig config;
-  auto resolve = [&] {
-    config = train::resolve_run({f.config.config_path, "", f.config.overrides()},
-                                options.checkpoint ? &options.checkpoint->config() : nullptr);
-  };
-  if (group)
-    group->all_or_none("resolving the configuration", resolve);
-  else
-    resolve();
+  train::TrainingRequest request;
+  request.config = {f.config.config_path, "", f.config.overrides()};
+  request.out_dir = f.out;
+  request.resume = f.resume;
+  request.overwrite = f.overwrite;
+  request.allow_data_change = f.allow_data_change;
+  request.group = f.dump ? nullptr : f.dist.join();
   if (f.dump) {
+    const train::RunConfig config = train::prepare_training(request).config;
     if (env.rank == 0) std::cout << config.to_toml();
     return 0;
   }
   if (f.out.empty()) throw std::runtime_error("train: --out <run folder> is required");
   // A worker may get one Ctrl-C twice (the terminal's, its launcher's): the second within a
   // second does not end it mid-step.
-  util::install_stop_signals(group ? 1.0 : 0.0);
-  options.overwrite = f.overwrite;
-  if (f.allow_data_change && !f.resume)
-    throw std::invalid_argument("--allow-data-change applies to --resume only");
-  options.allow_data_change = f.allow_data_change;
-  const auto r = train::train(config, options);
+  util::install_stop_signals(request.group ? 1.0 : 0.0);
+  const auto [config, r] = train::run_training(request);
+  const auto& group = request.group;
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (!config.data.task.empty()) {
     fmt::print("{}\n", nlohmann::json{{"steps", r.steps},

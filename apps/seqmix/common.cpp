@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cerrno>
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <iostream>
 
@@ -110,35 +112,34 @@ std::optional<int64_t> integer(const std::optional<std::string>& text, const cha
 
 }  // namespace
 
-std::vector<std::string> ConfigFlags::overrides() const {
+std::vector<train::Override> ConfigFlags::overrides() const {
   if (!task.empty() && !data.empty())
     throw std::invalid_argument("--data does not apply with --task: task '" + task +
                                 "' brings its own data");
-  std::vector<std::string> o;
-  auto str = [&](const char* key, const std::string& v) {
-    if (!v.empty()) o.push_back(std::string(key) + "=" + nlohmann::json(v).dump());
+  std::vector<train::Override> o;
+  auto str = [&](const char* key, const std::string& v, const char* flag) {
+    if (!v.empty()) o.emplace_back(key, v, flag);
   };
-  auto num = [&](const char* key, const std::optional<int64_t>& v) {
-    if (v) o.push_back(std::string(key) + "=" + std::to_string(*v));
+  auto num = [&](const char* key, const std::optional<std::string>& text, const char* flag) {
+    if (const auto v = integer(text, flag)) o.emplace_back(key, *v, flag);
   };
-  str("model.preset", model);
-  str("model.size", size);
-  str("data.source", data);
-  str("data.task", task);
-  str("data.dir", data_dir);
-  str("train.precision", precision);
-  str("model.aib.impl", aib_impl);
+  str("model.preset", model, "--model");
+  str("model.size", size, "--size");
+  str("data.source", data, "--data");
+  str("data.task", task, "--task");
+  str("data.dir", data_dir, "--data-dir");
+  str("train.precision", precision, "--precision");
+  str("model.aib.impl", aib_impl, "--aib-impl");
   if (!tokenizer.empty()) {
     const auto t = train::tokenizer_overrides(tokenizer);
     o.insert(o.end(), t.begin(), t.end());
   }
-  num("train.max_steps", integer(max_steps, "--max-steps"));
-  num("train.seed", integer(seed, "--seed"));
-  num("train.batch_size", integer(batch_size, "--batch-size"));
-  num("train.threads", integer(threads, "--threads"));
-  num("model.max_len", integer(max_len, "--max-len"));
-  // TOML spells the non-finite values nan and inf, as fmt does; validation rejects them.
-  if (lr) o.push_back("train.lr=" + fmt::format("{:e}", *lr));
+  num("train.max_steps", max_steps, "--max-steps");
+  num("train.seed", seed, "--seed");
+  num("train.batch_size", batch_size, "--batch-size");
+  num("train.threads", threads, "--threads");
+  num("model.max_len", max_len, "--max-len");
+  if (lr) o.emplace_back("train.lr", *lr, "--lr");
   o.insert(o.end(), set.begin(), set.end());
   return o;
 }
@@ -222,6 +223,65 @@ int finish_stdout(int code) {
   return code == 0 ? report_output_error(error ? error : EIO) : code;
 }
 
+namespace {
+
+bool key_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+}
+
+// Where `name` stands as a whole word in `text` from `from` on (npos if nowhere).
+size_t find_word(const std::string& text, const std::string& name, size_t from = 0) {
+  for (size_t at = text.find(name, from); at != std::string::npos;
+       at = text.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    // "train.lr." is the start of a longer key, "train.lr." at a sentence's end is not.
+    const bool longer = end < text.size() && key_char(text[end]) &&
+                        !(text[end] == '.' && (end + 1 == text.size() || text[end + 1] == ' '));
+    if ((at == 0 || !key_char(text[at - 1])) && !longer) return at;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+std::string with_flags(std::string message) {
+  // The library names its parameters in backquotes (`top_k`); a flag here is the same name
+  // with dashes (--top-k), except these.
+  static const std::pair<const char*, const char*> renamed[] = {
+      {"out_dir", "--out"}, {"out_file", "--out"}, {"config_path", "--config"},
+      {"models", "--run"}};
+  for (size_t open = 0; (open = message.find('`', open)) != std::string::npos;) {
+    const size_t close = message.find('`', open + 1);
+    if (close == std::string::npos) break;
+    const std::string name = message.substr(open + 1, close - open - 1);
+    const bool identifier =
+        !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
+        std::all_of(name.begin(), name.end(), [](char c) {
+          return std::islower(static_cast<unsigned char>(c)) ||
+                 std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+        });
+    if (!identifier) {  // a command such as `seqmix export`, kept as it is
+      open = close + 1;
+      continue;
+    }
+    std::string flag = "--" + name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    for (const auto& [from, to] : renamed)
+      if (name == from) flag = to;
+    message.replace(open, close - open + 1, flag);
+    open += flag.size();
+  }
+  // A configuration key: its first mention gets the flag, "train.lr (--lr)".
+  for (const auto& [key, flag] : train::key_flags()) {
+    const size_t at = find_word(message, key);
+    if (at == std::string::npos) continue;
+    const size_t end = at + key.size();
+    if (message.compare(end, 3 + flag.size(), " (" + flag + ")") == 0) continue;
+    message.insert(end, " (" + flag + ")");
+  }
+  return message;
+}
+
 int run_reporting_errors(const std::function<int()>& body) {
   try {
     return body();
@@ -244,7 +304,7 @@ int run_reporting_errors(const std::function<int()>& body) {
       return 1;
     }
     std::fprintf(stderr, "seqmix: error: %s\n",
-                 util::message_text(what.substr(0, what.find('\n'))).c_str());
+                 util::message_text(with_flags(what.substr(0, what.find('\n')))).c_str());
     return 1;
   } catch (const std::exception& e) {
     // A LibTorch error wrapped into another exception keeps its C++ backtrace in what():
@@ -252,7 +312,7 @@ int run_reporting_errors(const std::function<int()>& body) {
     std::string what = e.what();
     if (const auto trace = what.find("\nException raised from "); trace != std::string::npos)
       what.resize(trace);
-    std::fprintf(stderr, "seqmix: error: %s\n", util::message_text(what).c_str());
+    std::fprintf(stderr, "seqmix: error: %s\n", util::message_text(with_flags(what)).c_str());
     return 1;
   }
 }

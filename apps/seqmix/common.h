@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "seqmix/nn/precision.h"
+#include "seqmix/train/configuration/config.h"
 
 namespace seqmix::dist {
 class ProcessGroup;
@@ -43,6 +44,12 @@ Command add_import(CLI::App& app);
 
 extern const char* const kDataDirHelp;
 
+// A library error as the command line reports it: each configuration key named gets the
+// flag that sets it ("train.lr" -> "train.lr (--lr)", first mention), and the parameters the
+// library names in backquotes become their flags ("`top_k`" -> "--top-k", "`out_dir`" ->
+// "--out").
+std::string with_flags(std::string message);
+
 // The integer a user wrote, plainly or as an exact power-of-ten form such as 1e9, into
 // `value`; returns "" or why `text` is not one that fits in 64 bits.
 std::string read_integer(const std::string& text, int64_t& value);
@@ -52,9 +59,9 @@ std::string read_integer(const std::string& text, int64_t& value);
 nn::Precision run_precision(const std::string& flag, const std::string& stored);
 
 // Options shared by the commands that resolve a configuration. Every flag that was given
-// becomes a `section.key=value` override, so the configuration's own checks
+// becomes a typed override of its key, so the configuration's own checks
 // (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
-// range is an error naming the flag, never a silent default.
+// range is an error naming the key and the flag, never a silent default.
 struct ConfigFlags {
   std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task, precision;
   // Counts are read as text so that 1e9 means 10^9, as a user writes it; integer() checks it.
@@ -65,7 +72,7 @@ struct ConfigFlags {
   void add_to(CLI::App* app);
   // The overrides, flags first and --set last (so --set has the last word); a tokenizer is
   // read here, to set model.vocab_size to its size.
-  std::vector<std::string> overrides() const;
+  std::vector<train::Override> overrides() const;
 };
 
 // Data-parallel launch, for the commands that train (train, compare): torchrun's flags for

@@ -67,11 +67,18 @@ def _autocast(precision):
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+# The library names its parameters in backquotes (`resume`, `out_dir`); these are the
+# names and values the Python calls take instead. Configuration keys (train.lr) are named
+# alike everywhere.
+_PYTHON_WORDS = {"`resume`": "resume=True", "`overwrite`": "overwrite=True",
+                 "`allow_data_change`": "allow_data_change=True", "`out_dir`": "out",
+                 "`out_file`": "file", "`config_path`": "config"}
+
+
 def _python_words(message):
-    # The run-folder and export messages name the command line's --overwrite; say what the
-    # Python call names. (generate's sampling values are checked here before the library
-    # would name its flags.)
-    return message.replace("--overwrite", "overwrite=True")
+    for library, python in _PYTHON_WORDS.items():
+        message = message.replace(library, python)
+    return message
 
 
 def _toml_string(text):

@@ -87,7 +87,7 @@ void bind_runs(py::module_& m) {
         train::RunRequest request;
         request.config_path = config_path;
         request.tokenizer = tokenizer;
-        request.overrides = overrides;
+        request.overrides.assign(overrides.begin(), overrides.end());
         train::LoadedRun run;
         run.config = train::resolve_run(request);
         run.tokenizer = train::resolve_tokenizer(run.config);
@@ -127,23 +127,16 @@ void bind_runs(py::module_& m) {
         if (env.distributed())
           group = dist::ProcessGroup::create(
               env, std::chrono::milliseconds(static_cast<int64_t>(dist_timeout_s * 1000)));
-        train::TrainOptions options = train::open_training_folder(out_dir, resume, group);
-        train::RunRequest request;
-        request.config_path = config_path;
-        request.tokenizer = tokenizer;
-        request.overrides = overrides;
-        train::RunConfig config;
-        auto resolve = [&] {
-          config = train::resolve_run(
-              request, options.checkpoint ? &options.checkpoint->config() : nullptr);
-        };
-        if (group)
-          group->all_or_none("resolving the configuration", resolve);
-        else
-          resolve();
-        options.overwrite = overwrite;
-        options.allow_data_change = allow_data_change;
-        const train::TrainResult r = train::train(config, options);
+        train::TrainingRequest request;
+        request.config.config_path = config_path;
+        request.config.tokenizer = tokenizer;
+        request.config.overrides.assign(overrides.begin(), overrides.end());
+        request.out_dir = out_dir;
+        request.resume = resume;
+        request.overwrite = overwrite;
+        request.allow_data_change = allow_data_change;
+        request.group = group;
+        const auto [config, r] = train::run_training(request);
         nlohmann::json j{{"steps", r.steps},           {"train_loss", r.final_train_loss},
                          {"loss", r.eval_loss},        {"perplexity", r.eval_perplexity},
                          {"bpc", r.eval_bpc},          {"seconds", r.seconds},

@@ -85,29 +85,16 @@ Timing measure(const std::function<at::Tensor(bool)>& fwd, int64_t reps) {
 // What the attention candidates that form [B, H, L, L] scores add to estimate_bytes.
 int64_t score_bytes(int64_t B, int64_t L, int64_t H) { return 3 * B * H * L * L * 4; }
 
-// The head width of the attention op rows (the registry's benchmarked case).
-constexpr int64_t kBenchHeadWidth = 64;
-
-// Rough tensor bytes a case needs, to skip what cannot fit instead of crashing.
-int64_t estimate_bytes(const std::string& op, int64_t B, int64_t L, int64_t D, int64_t H) {
+// Rough tensor bytes a layer row needs, to skip what cannot fit instead of crashing (an op
+// row's come from its case, OpCase::bench_bytes).
+int64_t layer_bytes(const std::string& row, int64_t B, int64_t L, int64_t D) {
   const int64_t bld = B * L * D * 4;
-  const int64_t K = ops::aib_num_levels(L);
-  if (op == "aib_scan_kernel") return 8 * bld;
-  if (op == "prefix_sum_a" || op == "prefix_sum_b") return 16 * bld;
-  if (op == "aib_layer") return 14 * bld;
-  if (op == "extractor_fast" || op == "extractor_conv_kernel") return 16 * bld + 8 * L * D * D * 4;
-  if (op == "extractor_reference" || op == "extractor_conv_reference")
-    return 4 * L * bld + 4 * L * D * D * 4;
-  // Calibrated on measured peaks (docs/RESULTS.md): the reference keeps about two [B, L, D]
-  // tensors per level; attention about three [B, H, L, L] score-sized tensors at once.
-  if (op == "aib_scan_reference") return (2 * K + 8) * bld;
-  if (op == "ces_scan_kernel") return 6 * bld;
-  if (op == "ces_scan_reference") return 24 * bld;
-  if (op == "attention_kernel") return 10 * bld;
-  if (op == "attention_reference")
-    return 10 * bld + score_bytes(B, L, std::max<int64_t>(1, D / kBenchHeadWidth));
+  if (row == "prefix_sum_a" || row == "prefix_sum_b") return 16 * bld;
+  if (row == "aib_layer") return 14 * bld;
+  if (row == "extractor_fast") return 16 * bld + 8 * L * D * D * 4;
+  if (row == "extractor_reference") return 4 * L * bld + 4 * L * D * D * 4;
   // The attention layer: the fused kernel keeps O(B L D); the score-sized candidates add
-  // their own.
+  // their own (score_bytes).
   return 16 * bld;
 }
 
@@ -265,7 +252,12 @@ void run_ops_bench(const OpsBenchOptions& o,
       // from MemAvailable, which the skip test reads.
       util::release_free_heap();
       nlohmann::json row = {{"op", op}, {"L", L}, {"B", B}, {"D", D}, {"precision", o.precision}};
-      const int64_t need = estimate_bytes(op, B, L, D, H);
+      const auto row_of = std::find_if(op_rows().begin(), op_rows().end(),
+                                       [&](const OpRow& r) { return r.name == op; });
+      const bool op_row = row_of != op_rows().end();
+      int64_t need = layer_bytes(op, B, L, D);
+      if (op_row && row_of->c->bench_bytes)
+        need = row_of->c->bench_bytes(row_of->backend, B, L, D);
       if (need > mem_available_bytes() * 8 / 10) {
         row["skipped"] = fmt::format("needs ~{:.1f} GiB, more than 80% of the {:.1f} GiB available",
                                      static_cast<double>(need) / (1 << 30),
@@ -274,9 +266,7 @@ void run_ops_bench(const OpsBenchOptions& o,
         continue;
       }
       Timing t;
-      const auto row_of = std::find_if(op_rows().begin(), op_rows().end(),
-                                       [&](const OpRow& r) { return r.name == op; });
-      if (row_of != op_rows().end()) {
+      if (op_row) {
         try {
           t = measure_op(*row_of, B, L, D, o.reps, precision);
         } catch (const std::invalid_argument& e) {  // a shape the configuration cannot take

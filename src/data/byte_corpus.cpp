@@ -90,14 +90,14 @@ std::string resolve_data_dir(const std::string& dir) {
   if (const char* v = std::getenv(kDataEnv); v && !*v)
     throw std::runtime_error(std::string(kDataEnv) +
                              " is set but empty (it names the folder scripts/setup.sh fills, "
-                             "used when data.dir / --data-dir is not given); set it to that "
+                             "used when data.dir is not given); set it to that "
                              "folder, or unset it");
   const std::string env = env_data_dir();
   if (!env.empty()) {
     if (!is_folder(env))
       throw std::runtime_error(std::string(kDataEnv) + ": '" + env +
                                "' is not an existing folder (it names the folder "
-                               "scripts/setup.sh fills, used when data.dir / --data-dir is not "
+                               "scripts/setup.sh fills, used when data.dir is not "
                                "given); fix or unset it");
     return env;
   }
@@ -107,16 +107,16 @@ std::string resolve_data_dir(const std::string& dir) {
 std::string data_dir_hint(const std::string& dir) {
   std::string where;
   if (!dir.empty() && (dir != "data" || is_folder(dir))) {
-    where = "data.dir (--data-dir) is '" + dir + "'";
+    where = "data.dir is '" + dir + "'";
   } else if (!env_data_dir().empty()) {
-    where = "data.dir (--data-dir) not given; " + std::string(kDataEnv) + " is '" +
+    where = "data.dir not given; " + std::string(kDataEnv) + " is '" +
             env_data_dir() + "'";
   } else {
-    where = "data.dir (--data-dir) not given and " + std::string(kDataEnv) +
+    where = "data.dir not given and " + std::string(kDataEnv) +
             " not set: the default is the source tree's '" + SEQMIX_DEFAULT_DATA_DIR + "'";
   }
   return where + "; run scripts/setup.sh to fetch the data into that folder, or point "
-                 "data.dir (--data-dir) or " + kDataEnv + " at a folder it filled";
+                 "data.dir or " + kDataEnv + " at a folder it filled";
 }
 
 std::string read_regular_file(const std::string& path, const std::string& what) {
@@ -239,7 +239,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     c.description_ = "moby-dick: first 90% for training, last 10% held out";
   } else {
     const fs::path p(source);
-    const std::string key = "data.source (--data)";
+    const std::string key = "data.source";
     std::error_code ec;
     const fs::file_status st = fs::status(p, ec);  // stat only: never opens a FIFO
     // A path stat cannot see into (a folder without permission) exists, perhaps: say why.

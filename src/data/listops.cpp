@@ -132,23 +132,23 @@ void validate(const ListOpsOptions& o) {
       bad(std::string(name) + " (" + flag + ") must be in [0, " +
           to_string(ListOpsOptions::kMaxSequences) + "] sequences, got " + to_string(v));
   };
-  count("train", "--train", o.train);
-  count("valid", "--valid", o.valid);
-  count("test", "--test", o.test);
+  count("train", "`train`", o.train);
+  count("valid", "`valid`", o.valid);
+  count("test", "`test`", o.test);
   if (o.train + o.valid + o.test == 0)
-    bad("train + valid + test (--train, --valid, --test) is 0: nothing to generate");
-  if (o.seed < 0) bad("seed (--seed) must be >= 0, got " + to_string(o.seed));
+    bad("train + valid + test (`train`, `valid`, `test`) is 0: nothing to generate");
+  if (o.seed < 0) bad("`seed` must be >= 0, got " + to_string(o.seed));
   if (o.max_depth < 1 || o.max_depth > ListOpsOptions::kMaxDepth)
-    bad("max_depth (--max-depth) must be in [1, " + to_string(ListOpsOptions::kMaxDepth) +
+    bad("`max_depth` must be in [1, " + to_string(ListOpsOptions::kMaxDepth) +
         "], got " + to_string(o.max_depth));
   if (o.max_args < 2 || o.max_args > ListOpsOptions::kMaxArgs)
-    bad("max_args (--max-args) must be in [2, " + to_string(ListOpsOptions::kMaxArgs) +
+    bad("`max_args` must be in [2, " + to_string(ListOpsOptions::kMaxArgs) +
         "], got " + to_string(o.max_args));
   if (o.max_length < 3 || o.max_length > ListOpsOptions::kMaxLength)
-    bad("max_length (--max-length) must be in [3, " + to_string(ListOpsOptions::kMaxLength) +
+    bad("`max_length` must be in [3, " + to_string(ListOpsOptions::kMaxLength) +
         "] tokens, got " + to_string(o.max_length));
   if (o.min_length < 0 || o.min_length + 1 >= o.max_length)
-    bad("min_length (--min-length) must be in [0, max_length - 2] = [0, " +
+    bad("`min_length` must be in [0, max_length - 2] = [0, " +
         to_string(o.max_length - 2) + "] (both bounds are exclusive), got " +
         to_string(o.min_length));
   // Each count and the length are bounded above, so the product cannot overflow.
@@ -157,13 +157,13 @@ void validate(const ListOpsOptions& o) {
     bad("train + valid + test = " + to_string(total) + " sequences of up to max_length - 1 = " +
         to_string(o.max_length - 1) + " tokens may hold " + to_string(total * (o.max_length - 1)) +
         " tokens, more than the limit of " + to_string(ListOpsOptions::kMaxTotalTokens) +
-        "; lower --train/--valid/--test or --max-length");
+        "; lower `train`/`valid`/`test` or `max_length`");
   const int64_t longest = listops_max_tokens(o.max_depth, o.max_args, o.max_length);
   if (longest <= o.min_length + 1)
-    bad("no tree is longer than min_length (--min-length) " + to_string(o.min_length) +
-        ": with max_depth (--max-depth) " + to_string(o.max_depth) + " and max_args (--max-args) " +
+    bad("no tree is longer than `min_length` " + to_string(o.min_length) +
+        ": with `max_depth` " + to_string(o.max_depth) + " and `max_args` " +
         to_string(o.max_args) + " the longest has " + to_string(longest) +
-        " tokens; raise --max-depth or --max-args, or lower --min-length");
+        " tokens; raise `max_depth` or `max_args`, or lower `min_length`");
 }
 
 ListOpsData generate_listops(const ListOpsOptions& o) {
@@ -187,14 +187,14 @@ ListOpsData generate_listops(const ListOpsOptions& o) {
                  kept == 0 ? 0 : ListOpsOptions::kFailedTokensPerTree * (drawn_tokens / kept));
     if (failed >= ListOpsOptions::kMaxFailedDraws || failed_tokens >= token_limit)
       bad(std::to_string(failed) + " draws in a row gave no new tree with min_length < tokens < "
-          "max_length (--min-length " + std::to_string(o.min_length) + ", --max-length " +
-          std::to_string(o.max_length) + ", --max-depth " + std::to_string(o.max_depth) +
-          ", --max-args " + std::to_string(o.max_args) + ") after " + std::to_string(kept) +
+          "max_length (`min_length` " + std::to_string(o.min_length) + ", `max_length` " +
+          std::to_string(o.max_length) + ", `max_depth` " + std::to_string(o.max_depth) +
+          ", `max_args` " + std::to_string(o.max_args) + ") after " + std::to_string(kept) +
           " of " + std::to_string(total) + " (" + std::to_string(failed_tokens) +
           " tokens; " + std::to_string(short_draws) + " draws too short, " +
           std::to_string(long_draws) + " too long, " +
           std::to_string(failed - short_draws - long_draws) +
-          " repeats); widen the length range, change --max-depth/--max-args (trees grow "
+          " repeats); widen the length range, change `max_depth`/`max_args` (trees grow "
           "like ((max_args + 2) / 8)^depth) or ask for fewer sequences");
     ++failed;
     const int32_t value = drawer.draw(tokens);

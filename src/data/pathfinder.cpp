@@ -382,7 +382,7 @@ PathfinderOptions pathfinder_options(int32_t resolution) {
   if (resolution < PathfinderOptions::kMinResolution ||
       resolution > PathfinderOptions::kMaxResolution)
     throw std::invalid_argument(
-        "pathfinder: resolution (--resolution) must be in [" +
+        "pathfinder: `resolution` must be in [" +
         std::to_string(PathfinderOptions::kMinResolution) + ", " +
         std::to_string(PathfinderOptions::kMaxResolution) +
         "] pixels (LRA: 32, 64, 128, 256), got " + std::to_string(resolution));
@@ -423,19 +423,19 @@ void validate_pathfinder_export(int32_t resolution, int64_t count, int64_t seed)
   using std::to_string;
   pathfinder_options(resolution);  // checks the resolution
   if (count < 1 || count > PathfinderExport::kMaxCount)
-    throw std::invalid_argument("pathfinder: --count must be in [1, " +
+    throw std::invalid_argument("pathfinder: `count` must be in [1, " +
                                 to_string(PathfinderExport::kMaxCount) + "] images, got " +
                                 to_string(count));
   if (seed < 0 || seed > PathfinderExport::kMaxSeed)
-    throw std::invalid_argument("pathfinder: --seed must be in [0, " +
+    throw std::invalid_argument("pathfinder: `seed` must be in [0, " +
                                 to_string(PathfinderExport::kMaxSeed) + "], got " +
                                 to_string(seed));
   const int64_t pixels = count * resolution * resolution;  // <= 10^5 * 2^16: no overflow
   if (pixels > PathfinderExport::kMaxPixels)
     throw std::invalid_argument(
-        "pathfinder: --count " + to_string(count) + " images of --resolution " +
+        "pathfinder: `count` " + to_string(count) + " images of `resolution` " +
         to_string(resolution) + " hold " + to_string(pixels) + " pixels, more than the limit of " +
-        to_string(PathfinderExport::kMaxPixels) + "; lower --count or --resolution");
+        to_string(PathfinderExport::kMaxPixels) + "; lower `count` or `resolution`");
 }
 
 uint64_t pathfinder_export_seed(int64_t seed, int64_t index) {

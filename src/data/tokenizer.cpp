@@ -171,7 +171,7 @@ Tokenizer Tokenizer::from_serialized(const std::string& proto, const std::string
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  const std::string key = "data.tokenizer (--tokenizer)";
+  const std::string key = "data.tokenizer";
   std::error_code ec;
   if (!fs::exists(fs::status(path, ec)))  // stat only: a FIFO is never opened here
     throw std::runtime_error(key + ": tokenizer model '" + path +
@@ -198,13 +198,13 @@ int64_t number_after(const std::string& text, const std::string& marker) {
 // `seqmix tokenizer train`; the reason follows in brackets.
 std::string explain_training_failure(const std::string& reason, const TokenizerOptions& o,
                                      size_t text_bytes) {
-  const std::string vs = "--vocab-size " + std::to_string(o.vocab_size);
+  const std::string vs = "`vocab_size` " + std::to_string(o.vocab_size);
   std::string head;
   if (reason.find("Vocabulary size too high") != std::string::npos) {
     const int64_t most = number_after(reason, "<=");
     head = vs + " is larger than the corpus allows" +
            (most > 0 ? ": at most " + std::to_string(most) + " pieces for this text" : "") +
-           "; lower --vocab-size or train on more text";
+           "; lower `vocab_size` or train on more text";
   } else if (reason.find("smaller than required_chars") != std::string::npos) {
     const int64_t least = number_after(reason, " vs ");
     head = vs + " is too small for this corpus" +
@@ -213,7 +213,7 @@ std::string explain_training_failure(const std::string& reason, const TokenizerO
   } else if (reason.find("bad_alloc") != std::string::npos ||
              reason.find("out of memory") != std::string::npos) {
     head = "out of memory training on " + std::to_string(text_bytes) + " bytes with " + vs +
-           "; lower --max-sentences or --vocab-size";
+           "; lower `max_sentences` or `vocab_size`";
   } else if (reason.find("No sentences") != std::string::npos ||
              reason.find("empty") != std::string::npos) {
     head = "the text has no usable line (lines longer than " +
@@ -239,23 +239,23 @@ Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
     throw std::invalid_argument("tokenizer: " + option + " must be " + what);
   };
   if (o.model_type != "bpe" && o.model_type != "unigram")
-    bad("model_type (--model-type)", "bpe or unigram, got '" + o.model_type + "'");
+    bad("`model_type`", "bpe or unigram, got '" + o.model_type + "'");
   // 256 byte pieces plus <unk>, <s>, </s> are always in the vocabulary, and one piece per
   // distinct character of the text (character_coverage 1.0).
   if (o.vocab_size < 260 || o.vocab_size > (int64_t{1} << 24))
-    bad("vocab_size (--vocab-size)",
+    bad("`vocab_size`",
         "in [260, 16777216] (256 byte pieces, 3 special pieces and the text's characters are "
         "always included), got " + std::to_string(o.vocab_size));
   if (o.max_sentences < 0)
-    bad("max_sentences (--max-sentences)",
+    bad("`max_sentences`",
         ">= 0 (0: all lines), got " + std::to_string(o.max_sentences));
   if (o.max_sentence_length < 1 || o.max_sentence_length > (int64_t{1} << 30))
     bad("max_sentence_length", "in [1, 2^30] bytes, got " + std::to_string(o.max_sentence_length));
   if (o.seed < 0 || o.seed > int64_t{0xffffffff})
-    bad("seed (--seed)", "in [0, 4294967295], got " + std::to_string(o.seed));
+    bad("`seed`", "in [0, 4294967295], got " + std::to_string(o.seed));
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
   if (o.threads < 0 || o.threads > 4 * hw)
-    bad("threads (--threads)", "in [0, " + std::to_string(4 * hw) + "] (0: all; 4x this "
+    bad("`threads`", "in [0, " + std::to_string(4 * hw) + "] (0: all; 4x this "
         "machine's " + std::to_string(hw) + " hardware threads at most), got " +
         std::to_string(o.threads));
   const int64_t threads = o.threads > 0 ? o.threads : hw;

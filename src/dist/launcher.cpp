@@ -63,23 +63,23 @@ void LaunchOptions::validate() const {
   };
   const int most = max_workers_per_node();
   if (nproc_per_node < 1 || nproc_per_node > most)
-    bad("--nproc-per-node",
+    bad("`nproc_per_node`",
         fmt::format("an integer in [1, {}] (2 per CPU core this process may use: each worker "
                     "computes on at least one core, more only time-slice them)",
                     most),
         nproc_per_node);
-  if (nnodes < 1 || nnodes > 1024) bad("--nnodes", "an integer in [1, 1024]", nnodes);
+  if (nnodes < 1 || nnodes > 1024) bad("`nnodes`", "an integer in [1, 1024]", nnodes);
   if (node_rank < 0 || node_rank >= nnodes)
-    bad("--node-rank", fmt::format("an integer in [0, --nnodes) = [0, {})", nnodes), node_rank);
+    bad("`node_rank`", fmt::format("an integer in [0, `nnodes`) = [0, {})", nnodes), node_rank);
   if (master_port < 0 || master_port > 65535)
-    bad("--master-port", "a TCP port in [1, 65535] (or 0: a free one, one machine only)",
+    bad("`master_port`", "a TCP port in [1, 65535] (or 0: a free one, one machine only)",
         master_port);
   if (timeout < std::chrono::seconds(1))
-    bad("--dist-timeout", "at least 1 second", static_cast<long long>(timeout.count() / 1000));
+    bad("`dist_timeout`", "at least 1 second", static_cast<long long>(timeout.count() / 1000));
   if (nnodes > 1 && (master_addr.empty() || master_port == 0))
     throw std::invalid_argument(
-        "--nnodes > 1: every machine needs --master-addr and --master-port (the address and a "
-        "free port of the machine with --node-rank 0)");
+        "`nnodes` > 1: every machine needs `master_addr` and `master_port` (the address and a "
+        "free port of the machine with `node_rank` 0)");
 }
 
 int free_port() {

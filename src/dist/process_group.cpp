@@ -215,7 +215,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& env,
   } catch (const std::exception& e) {
     if (o.isServer)
       throw std::runtime_error(fmt::format(
-          "rank 0 cannot serve the rendezvous store on port {} (MASTER_PORT, --master-port): {} "
+          "rank 0 cannot serve the rendezvous store on port {} (MASTER_PORT, `master_port`): {} "
           "(is the port in use? give another one)",
           env.master_port, first_line(e.what())));
     throw std::runtime_error(fmt::format(

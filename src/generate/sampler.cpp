@@ -38,12 +38,12 @@ std::string describe(const GenerationStats& s) {
 void validate(const SamplingOptions& o) {
   // Infinite temperature would divide every logit to 0 (uniform sampling); NaN compares false.
   if (!(o.temperature >= 0 && std::isfinite(o.temperature)))
-    throw std::invalid_argument("--temperature must be a finite number >= 0, got " +
+    throw std::invalid_argument("`temperature` must be a finite number >= 0, got " +
                                 fmt::format("{}", o.temperature));
   if (o.top_k < 0)
-    throw std::invalid_argument("--top-k must be >= 0, got " + std::to_string(o.top_k));
+    throw std::invalid_argument("`top_k` must be >= 0, got " + std::to_string(o.top_k));
   if (!(o.top_p > 0 && o.top_p <= 1))
-    throw std::invalid_argument("--top-p must be in (0, 1], got " + fmt::format("{}", o.top_p));
+    throw std::invalid_argument("`top_p` must be in (0, 1], got " + fmt::format("{}", o.top_p));
 }
 
 namespace {

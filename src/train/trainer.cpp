@@ -126,9 +126,9 @@ void check_same_data(const CheckpointFile& resumed, const TrainingPlan& plan, bo
   if (then.hash.empty() || then.hash == plan.fingerprint) return;  // older checkpoints: none
   if (allowed) return;
   throw std::runtime_error(fmt::format(
-      "--resume: the data differs from the data this run was trained on: the checkpoint's was "
+      "`resume`: the data differs from the data this run was trained on: the checkpoint's was "
       "{} (hash {}), the data now is {} (hash {}); its train/held-out split would change "
-      "mid-run. Restore the data, start a new run, or give --allow-data-change to go on "
+      "mid-run. Restore the data, start a new run, or give `allow_data_change` to go on "
       "with the new data",
       then.sizes, then.hash, plan.data_sizes, plan.fingerprint));
 }
@@ -499,7 +499,7 @@ void resolve_against_checkpoint(Run& run, const RunConfig& requested) {
     resumed = options.checkpoint;
     if (!resumed) {
       if (!fs::is_regular_file(ckpt_path))
-        throw std::runtime_error("--resume: '" + ckpt_path.string() + "' does not exist");
+        throw std::runtime_error("`resume`: '" + ckpt_path.string() + "' does not exist");
       resumed = std::make_shared<CheckpointFile>(ckpt_path.string());
     }
     const RunConfig& stored = resumed->config();
@@ -525,7 +525,7 @@ void resolve_against_checkpoint(Run& run, const RunConfig& requested) {
     compared.train.decay_steps = allowed.train.decay_steps;
     const auto diff = compared.diff(allowed);
     if (!diff.empty())
-      throw std::runtime_error("--resume: checkpoint '" + ckpt_path.string() +
+      throw std::runtime_error("`resume`: checkpoint '" + ckpt_path.string() +
                                "' was trained with a different configuration (" + diff.front() +
                                "); only max_steps, decay_steps, intervals, threads and data.dir "
                                "may change");
@@ -576,7 +576,7 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
     tokenizer = resumed->tokenizer();
     if (fs::is_regular_file(config.data.tokenizer) &&
         !data::Tokenizer::load(config.data.tokenizer).same_as(tokenizer))
-      throw std::runtime_error("--resume: tokenizer model '" + config.data.tokenizer +
+      throw std::runtime_error("`resume`: tokenizer model '" + config.data.tokenizer +
                                "' has changed since checkpoint '" + ckpt_path.string() +
                                "' was written; the run continues only with the tokenizer it "
                                "started with");
@@ -590,7 +590,7 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
     throw std::runtime_error("model.causal is false (preset '" + config.model.preset +
                              "' is an encoder for classification); language-model training "
                              "needs a causal model (e.g. etsmlp-lm instead of etsmlp), or give "
-                             "a task (--task)");
+                             "a task (data.task)");
   const auto& t = config.train;
   if (t.warmup_steps >= t.max_steps && t.max_steps > 0 && !options.resume)
     notes.push_back(fmt::format("warning: train.warmup_steps ({}) is not below train.max_steps "
@@ -600,7 +600,7 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
   const bool writer = run.writer = files.writer();
   if (group && t.batch_size % group->world_size() != 0)
     throw std::runtime_error(fmt::format(
-        "train.batch_size (--batch-size) {} is not a multiple of WORLD_SIZE {}: every rank "
+        "train.batch_size {} is not a multiple of WORLD_SIZE {}: every rank "
         "takes an equal share of the global batch",
         t.batch_size, group->world_size()));
   // Workers on one machine share its cores: by default each takes its share.
@@ -618,8 +618,8 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
     resumed->close();  // the archive holds a copy of every tensor
     if (t.max_steps < start)
       throw std::runtime_error(fmt::format(
-          "--max-steps {} is below the step of checkpoint '{}' ({}); a run cannot be shortened "
-          "(give --max-steps {} or more, or start a new run in another folder)",
+          "train.max_steps {} is below the step of checkpoint '{}' ({}); a run cannot be "
+          "shortened (give train.max_steps {} or more, or start a new run in another folder)",
           t.max_steps, ckpt_path.string(), start, start));
   }
   if (group) {
@@ -664,7 +664,7 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
       }
       fmt::print(stderr,
                  "seqmix train: run '{}' is finished (step {} of train.max_steps {}); nothing to "
-                 "do (raise --max-steps to train further)\n",
+                 "do (raise train.max_steps to train further)\n",
                  out.string(), start, t.max_steps);
       return finished_result(final_metrics, start, seconds_before);
     }
@@ -818,7 +818,8 @@ TrainResult training_loop(Run& run) {
     const bool saved = step > 0;
     return Interrupted(
         saved ? fmt::format("interrupted by {} after step {} of {}; checkpoint '{}' holds it. "
-                            "Resume with: seqmix train --out {} --resume",
+                            "Resume it with: seqmix train --out {} --resume (in Python: "
+                            "seqmix.train(..., resume=True))",
                             util::signal_name(sig), step, t.max_steps, ckpt_path.string(),
                             out.string())
               : fmt::format("interrupted by {} before the first step; nothing was written",
@@ -1023,7 +1024,7 @@ RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
   {
     std::error_code ec;
     if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-      throw std::runtime_error("--out: '" + out.string() + "' exists and is not a folder");
+      throw std::runtime_error("`out_dir`: '" + out.string() + "' exists and is not a folder");
   }
   std::error_code ec;
   // Whether this process made the folder is what mkdir(2) says, not what was there a moment
@@ -1054,22 +1055,22 @@ RunFiles open_run_folder(const fs::path& out, const fs::path& ckpt_path,
     std::string names;
     for (const auto& f : existing) names += (names.empty() ? "" : ", ") + f;
     throw std::runtime_error("run folder '" + out.string() + "' already holds a run (" + names +
-                             "); continue it with --resume, or replace it with --overwrite");
+                             "); continue it with `resume`, or replace it with `overwrite`");
   }
   if (existing.empty() && !created_dir) {
     // Not a run: a folder of the user's own (or /). seqmix writes only into a new or empty
     // folder, or a run's.
     for (const auto& e : fs::directory_iterator(out, ec)) {
       (void)e;
-      throw std::runtime_error("--out: '" + out.string() +
+      throw std::runtime_error("`out_dir`: '" + out.string() +
                                "' is not empty and holds no seqmix run; give a new or empty "
                                "folder");
     }
   }
   if (options.resume && dead)
-    throw std::runtime_error("--resume: run folder '" + out.string() +
+    throw std::runtime_error("`resume`: run folder '" + out.string() +
                              "' has no checkpoint.pt (the run stopped before its first one); "
-                             "start it again without --resume");
+                             "start it again without `resume`");
   files.keep_lock(std::move(lock));
   return files;
 }
@@ -1083,7 +1084,7 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     return seconds_before +
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
   };
-  if (options.out_dir.empty()) throw std::runtime_error("train: no run folder given (--out)");
+  if (options.out_dir.empty()) throw std::invalid_argument("`out_dir`: a training run needs its run folder");
   // A configuration built in code has not been through resolve_config's checks.
   try {
     requested.validate();
@@ -1091,9 +1092,9 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
     throw std::runtime_error(std::string("invalid configuration: ") + e.what());
   }
   if (options.resume && options.overwrite)
-    throw std::runtime_error("--resume continues the run in the folder and --overwrite replaces "
-                             "it: give one of them");
-  util::check_path_text(options.out_dir, "--out");
+    throw std::invalid_argument("`resume` continues the run in the folder and `overwrite` "
+                                "replaces it: give one of them");
+  util::check_path_text(options.out_dir, "`out_dir`");
   const fs::path out(options.out_dir);
   const fs::path ckpt_path = out / "checkpoint.pt";
   std::optional<RunFiles> files;

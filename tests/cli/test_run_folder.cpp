@@ -174,7 +174,7 @@ TEST(RunFolder, ResumeNeverShortensAndAFinishedRunIsLeftAlone) {
   // Shorter: refused, nothing rewritten (the checkpoint used to become "step 3").
   auto r = run_cli(std::string("train --out ") + dir + "/run --resume --max-steps 3");
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("--max-steps 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.max_steps (--max-steps) 3 is below"), std::string::npos) << r.output;
   EXPECT_EQ(snapshot(dir + "/run"), finished);
   // The same length: a finished run trains nothing and writes nothing.
   r = run_cli(std::string("train --out ") + dir + "/run --resume");

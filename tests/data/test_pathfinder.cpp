@@ -191,7 +191,7 @@ TEST(Pathfinder, ResolutionIsBounded) {
       ADD_FAILURE() << "accepted resolution " << r;
     } catch (const std::invalid_argument& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("resolution (--resolution) must be in [16, 256]"), std::string::npos)
+      EXPECT_NE(msg.find("`resolution` must be in [16, 256]"), std::string::npos)
           << msg;
       EXPECT_NE(msg.find("got " + std::to_string(r)), std::string::npos) << msg;
     }
@@ -224,15 +224,15 @@ TEST(Pathfinder, ExportOptionsAreBounded) {
     const char* expect;
   };
   for (const Case& c : std::vector<Case>{
-           {100000, 16, 0, "resolution (--resolution) must be in [16, 256] pixels"},
-           {32, 0, 0, "--count must be in [1, 100000] images, got 0"},
-           {32, -5, 0, "--count must be in [1, 100000] images, got -5"},
-           {32, 1000000000, 0, "--count must be in [1, 100000] images, got 1000000000"},
-           {32, 16, -1, "--seed must be in [0, 10000000000000], got -1"},
-           {32, 16, 10000000000001, "--seed must be in [0, 10000000000000], got 10000000000001"},
-           {32, 16, std::numeric_limits<int64_t>::max(), "--seed must be in [0, "},
-           {256, 32769, 0, "lower --count or --resolution"},
-           {256, 100000, 0, "--count 100000 images of --resolution 256 hold 6553600000 pixels"},
+           {100000, 16, 0, "`resolution` must be in [16, 256] pixels"},
+           {32, 0, 0, "`count` must be in [1, 100000] images, got 0"},
+           {32, -5, 0, "`count` must be in [1, 100000] images, got -5"},
+           {32, 1000000000, 0, "`count` must be in [1, 100000] images, got 1000000000"},
+           {32, 16, -1, "`seed` must be in [0, 10000000000000], got -1"},
+           {32, 16, 10000000000001, "`seed` must be in [0, 10000000000000], got 10000000000001"},
+           {32, 16, std::numeric_limits<int64_t>::max(), "`seed` must be in [0, "},
+           {256, 32769, 0, "lower `count` or `resolution`"},
+           {256, 100000, 0, "`count` 100000 images of `resolution` 256 hold 6553600000 pixels"},
        }) {
     const std::string msg = error_of(c.resolution, c.count, c.seed);
     EXPECT_NE(msg.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in '"

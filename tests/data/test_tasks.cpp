@@ -161,7 +161,8 @@ TEST(Tasks, PresetsFollowThePapers) {
 TEST(Tasks, ConfigErrorsNameTheKey) {
   auto expect_error = [](const std::vector<std::string>& overrides, const std::string& needle) {
     try {
-      train::resolve_config("", overrides);
+      train::resolve_config(
+          "", std::vector<train::Override>(overrides.begin(), overrides.end()));
       FAIL() << "no error for " << overrides.back();
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -194,7 +195,7 @@ TEST(Tasks, ConfigErrorsNameTheKey) {
                "data.pathfinder_resolution: applies only to the pathfinder and pathx tasks");
   expect_error({"data.task=pathfinder", "data.pathfinder_resolution=64", "model.max_len=1024"},
                "data.pathfinder_resolution: 64 x 64 = 4096 pixels exceed model.max_len 1024; "
-               "give --max-len 4096");
+               "give model.max_len 4096");
   try {
     train::make_task_config("extractor-transformer", "text", "paper");
     FAIL() << "no error";

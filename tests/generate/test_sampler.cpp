@@ -69,12 +69,12 @@ TEST(Sampler, RejectsNonFiniteOptions) {
   for (const double t : {inf, -inf, nan, -1.0}) {
     generate::SamplingOptions o;
     o.temperature = t;
-    expect_rejected(o, "--temperature");
+    expect_rejected(o, "`temperature`");
   }
   for (const double p : {inf, -inf, nan}) {
     generate::SamplingOptions o;
     o.top_p = p;
-    expect_rejected(o, "--top-p");
+    expect_rejected(o, "`top_p`");
   }
   generate::SamplingOptions ok;
   ok.temperature = 1e-300;

@@ -1,8 +1,7 @@
-"""Shared fixtures of the Python package's tests (run by CTest: tests/python/CMakeLists.txt).
+"""Shared fixtures of the Python package's tests (run by CTest: python/CMakeLists.txt).
 
-Environment (set by CTest): PYTHONPATH=<build>/python, SEQMIX_BIN=<build>/seqmix.
+Environment (set by CTest): PYTHONPATH=<build>/python.
 """
-import json
 import os
 import subprocess
 import sys
@@ -11,23 +10,6 @@ import pytest
 import torch
 
 import seqmix
-
-SEQMIX_BIN = os.environ.get("SEQMIX_BIN", "seqmix")
-
-
-def cli(*args, check=True):
-    """Runs the seqmix command line; returns (exit code, stdout, stderr)."""
-    p = subprocess.run([SEQMIX_BIN, *map(str, args)], capture_output=True, text=True,
-                       errors="replace")  # a byte-level model may write invalid UTF-8
-    if check and p.returncode != 0:
-        raise AssertionError(f"seqmix {' '.join(map(str, args))} exited {p.returncode}:\n"
-                             f"{p.stdout}\n{p.stderr}")
-    return p.returncode, p.stdout, p.stderr
-
-
-def last_json(text):
-    return json.loads(text.strip().splitlines()[-1])
-
 
 @pytest.fixture(autouse=True)
 def _threads():
@@ -51,11 +33,12 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cli_run(tmp_path_factory, corpus):
-    """A tiny Weird-Net run trained by the command line (6 steps)."""
+def trained_run(tmp_path_factory, corpus):
+    """A tiny Weird-Net run trained by seqmix.train (6 steps)."""
     out = tmp_path_factory.mktemp("runs") / "wn"
-    cli("train", "--model", "weird-net", "--size", "tiny", "--max-len", "32", "--batch-size", "4",
-        "--max-steps", "6", "--threads", "1", "--seed", "3", "--data", corpus, "--out", out)
+    seqmix.train(out, "weird-net", "tiny", max_len=32,
+                 **{"data.source": str(corpus), "train.batch_size": 4, "train.max_steps": 6,
+                    "train.threads": 1, "train.seed": 3})
     return out
 
 

@@ -1,35 +1,12 @@
-"""Whole models: seqmix.build / seqmix.load, checkpoints both ways between Python and the
-command line, plain-PyTorch export, generation."""
-import math
-import os
+"""Whole models: seqmix.build / seqmix.load, checkpoints, exports, generation, from Python
+(the same runs through the command line: tests/cli/test_python_interop.py)."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import seqmix
 
-from conftest import cli, last_json, run_python
-
-
-def _held_out(corpus):
-    # A folder of ten files holds out its last file (data/byte_corpus.h).
-    return list((corpus / "part09.txt").read_bytes())
-
-
-def _windowed_loss(model, tokens, max_len):
-    """`seqmix eval`'s objective written out: non-overlapping windows of max_len inputs,
-    every token after the first predicted, mean negative log-likelihood in nats."""
-    total, count = 0.0, 0
-    t = torch.tensor(tokens, dtype=torch.int64)
-    for s in range(0, len(tokens) - 1, max_len):
-        x = t[s:s + max_len]
-        y = t[s + 1:s + 1 + max_len]
-        x = x[:len(y)]
-        logits = model(x[None])[0].double()
-        total += F.cross_entropy(logits, y, reduction="sum").item()
-        count += len(y)
-    return total / count
+from conftest import run_python
 
 
 def test_build_overrides_and_config():
@@ -72,128 +49,8 @@ def test_build_overrides_keep_their_types():
     assert m.config["data"]["source"] == 'a "quoted" true'
 
 
-def test_load_equals_cli_eval(cli_run, corpus):
-    model = seqmix.load(cli_run)
-    assert not model.training
-    _, out, _ = cli("eval", cli_run, "--threads", "1")
-    ev = last_json(out)
-    ours = _windowed_loss(model, _held_out(corpus), model.config["model"]["max_len"])
-    assert abs(ours - ev["loss"]) < 1e-5 * max(1.0, ev["loss"]), (ours, ev)
-    mine = model.evaluate()
-    # The same C++ evaluation; only the thread count may differ (the CLI runs on one, this
-    # process on its own count), and with it the order in which MKL and the kernels round
-    # their sums.
-    assert abs(mine["loss"] - ev["loss"]) < 1e-6 * max(1.0, ev["loss"]), (mine, ev)
-    assert mine["tokens"] == ev["tokens"]
-
-
-def test_generate_matches_cli(cli_run):
-    model = seqmix.load(cli_run)
-    text = model.generate("the quick", 20, temperature=0.7, top_k=50, top_p=0.9, seed=3)
-    _, out, _ = cli("generate", cli_run, "--prompt", "the quick", "--max-new-tokens", "20",
-                    "--temperature", "0.7", "--top-k", "50", "--top-p", "0.9", "--seed", "3",
-                    "--threads", "1")
-    assert out.rstrip("\n") == "the quick" + text
-    ids = model.generate(list(b"the quick"), 5, temperature=0.0)
-    assert len(ids) == 5 and all(0 <= t < 256 for t in ids)
-    with pytest.raises(ValueError, match="top_p|top-p"):
-        model.generate("x", 3, top_p=1.5)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        model.generate("x", -1)
-    for kwargs, word in ((dict(temperature="a"), "temperature"), (dict(top_k=2 ** 64), "top_k"),
-                         (dict(seed=-1), "seed"), (dict(temperature=-1.0), "temperature")):
-        with pytest.raises(ValueError, match=word):
-            model.generate("x", 3, **kwargs)
-    # The layers of the stack index like a torch.nn.ModuleList.
-    assert len(model.blocks) == model.config["model"]["n_layers"]
-    assert model.blocks[0].mixer is not None and list(model.blocks)[-1] is model.blocks[-1]
-
-
-def test_python_training_then_cli(tmp_path, corpus):
-    torch.manual_seed(0)
-    model = seqmix.build("weird-net", "tiny", max_len=32, **{"data.source": str(corpus)},
-                         seed=0)
-    data = torch.tensor(list(b"".join(sorted(p.read_bytes() for p in corpus.iterdir()))))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    losses = []
-    for step in range(40):
-        i = torch.randint(len(data) - 33, (8,), generator=g)
-        batch = torch.stack([data[j:j + 33] for j in i.tolist()])
-        loss = F.cross_entropy(model(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert sum(losses[-5:]) < 0.8 * sum(losses[:5])
-    run = tmp_path / "py-run"
-    model.save(run, step=40)
-    # The command line evaluates it as the same model ...
-    _, out, _ = cli("eval", run, "--threads", "1")
-    model.eval()
-    assert abs(last_json(out)["loss"] - _windowed_loss(model, _held_out(corpus), 32)) < 1e-5
-    # ... generates from it ...
-    cli("generate", run, "--prompt", "the ", "--max-new-tokens", "8", "--threads", "1")
-    # ... and trains it further.
-    _, out, err = cli("train", "--out", run, "--resume", "--max-steps", "43", "--threads", "1")
-    assert last_json(out)["steps"] == 43
-    # A run folder is never overwritten by mistake.
-    with pytest.raises(RuntimeError, match="already holds a run.*overwrite=True"):
-        model.save(run)
-    with pytest.raises(TypeError, match="overwrite"):
-        model.save(run, overwrite="no")
-    # Saving leaves the caller's random stream as it was (it builds a model internally).
-    torch.manual_seed(5)
-    expected = torch.rand(3)
-    torch.manual_seed(5)
-    model.save(run, overwrite=True)
-    assert torch.equal(torch.rand(3), expected)
-    # A run or an export brings its own configuration.
-    with pytest.raises(ValueError, match="own configuration.*size"):
-        seqmix.load(run, size="tiny")
-
-
-def test_export_opens_with_plain_torch(cli_run, tmp_path):
-    f = tmp_path / "wn.pt"
-    cli("export", cli_run, "--out", f)
-    model = seqmix.load(cli_run)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
-    code = f"""
-import sys
-sys.modules["seqmix"] = None          # importing seqmix would fail here
-import torch, json
-d = torch.load({str(f)!r})
-assert d["format"] == "seqmix.export", d.keys()
-sd = d["state_dict"]
-json.dumps(d["config"])               # JSON-able
-print(json.dumps({{k: list(v.shape) for k, v in sd.items()}}))
-print(d["config"]["model"]["preset"])
-"""
-    p = run_python(code)
-    assert p.returncode == 0, p.stderr
-    shapes, preset = p.stdout.strip().splitlines()[-2:]
-    import json
-    assert json.loads(shapes) == {k: list(s) for k, s in expected.items()}
-    assert preset == "weird-net"
-    # Back: the export loads as the same model, and imports into a run the CLI evaluates.
-    again = seqmix.load(f)
-    tokens = torch.randint(256, (2, 16))
-    torch.testing.assert_close(again(tokens), model(tokens), rtol=0, atol=0)
-    # seqmix.export is the same command, from Python; an existing file is kept.
-    seqmix.export(cli_run, tmp_path / "again.pt")
-    with pytest.raises(RuntimeError, match="again.pt"):
-        seqmix.export(cli_run, tmp_path / "again.pt")
-    assert seqmix.load(tmp_path / "again.pt").state_dict().keys() == model.state_dict().keys()
-    with pytest.raises(ValueError, match="own configuration.*size"):
-        seqmix.load(f, size="tiny")
-    cli("import", f, "--out", tmp_path / "imported")
-    _, a, _ = cli("eval", tmp_path / "imported", "--threads", "1")
-    _, b, _ = cli("eval", cli_run, "--threads", "1")
-    assert last_json(a)["loss"] == last_json(b)["loss"]
-
-
-def test_bare_state_dict_round_trip(cli_run, tmp_path):
-    model = seqmix.load(cli_run)
+def test_bare_state_dict_round_trip(trained_run, tmp_path):
+    model = seqmix.load(trained_run)
     f = tmp_path / "sd.pt"
     torch.save(dict(model.state_dict()), f)
     torch.save(model.state_dict(), tmp_path / "od.pt")
@@ -287,9 +144,9 @@ print("survived")
     assert "no error" not in p.stdout, p.stdout
 
 
-def test_precision_of_a_run(cli_run):
+def test_precision_of_a_run(trained_run):
     """Model.precision is the run's train.precision; evaluate and generate take another."""
-    model = seqmix.load(cli_run)
+    model = seqmix.load(trained_run)
     assert model.precision == "fp32"
     fp32 = model.evaluate()
     bf16 = model.evaluate(precision="bf16")

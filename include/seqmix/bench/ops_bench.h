@@ -15,8 +15,6 @@
 ///                                        the timed region (the FFT formulation as reference);
 ///     attention_kernel / _reference      causal, head width 64 (H = D / 64);
 ///     extractor_conv_kernel / _reference the FFT convolution / per-lag sum, l = L;
-///   the names of seqmix 0.1 are read too: aib_fused, aib_reference, ces_kernel,
-///   ces_fft_reference.
 /// * layer rows:
 ///     aib_layer        nn::AIBAttention (projections included, fused scan), causal;
 ///     attention_layer  nn::SelfAttention, causal, n_heads heads: the faster of the fused

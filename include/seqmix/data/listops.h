@@ -68,8 +68,8 @@ using ListOpsData = LabelledSplits;
 
 /// Checks every option against the bounds above and that the length range is reachable at
 /// all (the longest tree that max_depth and max_args allow is longer than min_length + 1).
-/// @throws std::invalid_argument naming the option and its flag ("max_depth (--max-depth)")
-///         with the accepted range and the value given.
+/// @throws std::invalid_argument naming the option ("`max_depth` must be in [1, 1000], got
+///         0"; the command line names its flag) with the accepted range and the value given.
 void validate(const ListOpsOptions& options);
 
 /// The token count of the longest tree that max_depth and max_args allow (every node above

@@ -89,7 +89,7 @@ struct PathfinderOptions {
 /// Defaults for a resolution. Below 96 pixels: LRA's Pathfinder-32 settings, lengths scaled
 /// by resolution / 32; from 96 on: LRA's Path-X (128) settings (paddle_length 5, gap 5, the
 /// mean of LRA's margins {2, 3} times 2, clearance 6), lengths scaled by resolution / 128.
-/// @throws std::invalid_argument naming `resolution` (--resolution) outside
+/// @throws std::invalid_argument naming `resolution` outside
 ///         [kMinResolution, kMaxResolution].
 PathfinderOptions pathfinder_options(int32_t resolution);
 
@@ -105,9 +105,9 @@ struct PathfinderExport {
 };
 
 /// Checks the export's options, before anything is written.
-/// @throws std::invalid_argument naming the flag: --resolution as pathfinder_options, --count
-///         outside [1, kMaxCount], --seed outside [0, kMaxSeed], or --count and --resolution
-///         together above kMaxPixels.
+/// @throws std::invalid_argument naming the argument: `resolution` as pathfinder_options,
+///         `count` outside [1, kMaxCount], `seed` outside [0, kMaxSeed], or `count` and
+///         `resolution` together above kMaxPixels.
 void validate_pathfinder_export(int32_t resolution, int64_t count, int64_t seed);
 
 /// The example seed of image `index` of an export with `seed`: seed * 1000003 + index.

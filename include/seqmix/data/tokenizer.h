@@ -51,7 +51,7 @@ class Tokenizer {
   /// The byte tokenizer (vocab_size 256, token = byte value).
   static Tokenizer bytes();
   /// Reads a SentencePiece model file (".model", a serialized ModelProto), the value of
-  /// data.tokenizer (--tokenizer).
+  /// data.tokenizer.
   /// @throws std::runtime_error naming the key and the path if it is missing, not a regular
   ///         file (a FIFO or device is refused without blocking), unreadable or not a
   ///         SentencePiece model.

@@ -80,6 +80,10 @@ struct OpCase {
   int64_t out_seq_dim = 1;   ///< the output's sequence axis
   bool gradcheck = true;     ///< small enough for float64 finite differences
   bool benchmarked = false;  ///< the op's configuration that `seqmix bench ops` times
+  /// Benchmarked case: the tensor bytes one forward + backward of `backend` at [B, L, D]
+  /// needs, roughly (calibrated on measured peaks, docs/RESULTS.md), so that `seqmix bench
+  /// ops` skips a shape that cannot fit instead of failing. Unset: 16 float32 [B, L, D].
+  std::function<int64_t(Backend backend, int64_t B, int64_t L, int64_t D)> bench_bytes;
 
   /// Inputs for `dtype` (float32 or float64) drawn from `seed` (a private generator: the
   /// global one is left alone). The same seed gives the same inputs, and the same values in

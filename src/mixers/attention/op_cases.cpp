@@ -83,6 +83,11 @@ void add_op_cases(std::vector<OpCase>& cases) {
   cases.push_back(attention_case(1, 2, 700, 64, Direction::causal, true));
   cases.push_back(attention_case(1, 1, 300, 64, Direction::causal, false));
   cases.back().benchmarked = true;  // GPT-2's head width
+  // The reference adds about three [B, H, L, L] float32 score-sized tensors.
+  cases.back().bench_bytes = [](Backend b, int64_t B, int64_t L, int64_t D) {
+    const int64_t H = std::max<int64_t>(1, D / 64);
+    return 10 * B * L * D * 4 + (b == Backend::kernel ? 0 : 3 * B * H * L * L * 4);
+  };
   // Query blocks of 32 rows (the block shrinks as L grows).
   cases.push_back(attention_case(1, 1, 4096, 8, Direction::bidirectional, true));
 }

@@ -90,8 +90,12 @@ void add_op_cases(std::vector<OpCase>& cases) {
           if (masked && L == 1) continue;  // position 0 is always valid: nothing to pad
           // H = 70: one full 64-channel run plus a partial one.
           cases.push_back(ces_case(2, L, 70, dir, normalize, masked));
-          if (dir == Direction::causal && !normalize && !masked && L == 300)
+          if (dir == Direction::causal && !normalize && !masked && L == 300) {
             cases.back().benchmarked = true;  // ETSMLP-LM's causal scan
+            cases.back().bench_bytes = [](Backend b, int64_t B, int64_t L, int64_t D) {
+              return (b == Backend::kernel ? 6 : 24) * B * L * D * 4;
+            };
+          }
         }
   cases.push_back(ces_case(2, 4096, 20, Direction::causal, true, false));
   cases.push_back(ces_case(2, 1000, 20, Direction::bidirectional, true, true));

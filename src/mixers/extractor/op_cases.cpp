@@ -59,6 +59,11 @@ void add_op_cases(std::vector<OpCase>& cases) {
   cases.push_back(extractor_case(3, 37, 5, 64));
   cases.push_back(extractor_case(2, 128, 16, 128));
   cases.back().benchmarked = true;  // the paper's window (Table 1: l = t = 128)
+  // l = L lag matrices of D x D; the reference's per-lag sum keeps a [B, L, D] per lag.
+  cases.back().bench_bytes = [](Backend b, int64_t B, int64_t L, int64_t D) {
+    const int64_t bld = B * L * D * 4, lags = L * D * D * 4;
+    return b == Backend::kernel ? 16 * bld + 8 * lags : 4 * L * bld + 4 * lags;
+  };
 }
 
 }  // namespace seqmix::mixers::extractor

@@ -446,15 +446,14 @@ toml::table parse_toml(const std::string& text, const std::string& origin) {
   }
 }
 
-// Sets the leaf `key` (dotted, e.g. "model.aib.weights") of `base` to `value` after checking
-// that the key exists and the type matches.
-void assign(toml::table& base, const std::string& key, const toml::node& value,
-            const std::string& origin) {
+// The type of the leaf `key` (dotted, e.g. "model.aib.weights") in `base` (a configuration's
+// table), or an error naming `origin` when there is no such key.
+FieldValue key_type(const toml::table& base, const std::string& key, const std::string& origin) {
   const auto dot = key.rfind('.');
   const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
   const std::string name = key.substr(dot + 1);
   const toml::node* sec_node = section.empty() ? nullptr : node_at(base, section);
-  toml::table* sec = sec_node ? const_cast<toml::node*>(sec_node)->as_table() : nullptr;
+  const toml::table* sec = sec_node ? sec_node->as_table() : nullptr;
   if (!sec) {
     if (section.find('.') == std::string::npos)
       throw std::runtime_error(origin + ": unknown section '" + section + "' (expected " +
@@ -468,13 +467,21 @@ void assign(toml::table& base, const std::string& key, const toml::node& value,
   if (old->is_table())
     throw std::runtime_error(origin + ": '" + key + "' is a section; set its keys, e.g. " + key +
                              "." + std::string(old->as_table()->cbegin()->first.str()));
-  FieldValue want;
-  if (old->is_integer()) want = int64_t{0};
-  else if (old->is_floating_point()) want = 0.0;
-  else if (old->is_boolean()) want = false;
-  else if (old->is_string()) want = std::string();
-  else want = std::vector<std::string>();
-  insert_value(*sec, name, to_value(value, want, key, origin));
+  if (old->is_integer()) return int64_t{0};
+  if (old->is_floating_point()) return 0.0;
+  if (old->is_boolean()) return false;
+  if (old->is_string()) return std::string();
+  return std::vector<std::string>();
+}
+
+// Sets the leaf `key` of `base` to `value` after checking that the key exists and the type
+// matches.
+void assign(toml::table& base, const std::string& key, const toml::node& value,
+            const std::string& origin) {
+  const FieldValue want = key_type(base, key, origin);
+  const auto dot = key.rfind('.');
+  toml::table& sec = *const_cast<toml::node*>(node_at(base, key.substr(0, dot)))->as_table();
+  insert_value(sec, key.substr(dot + 1), to_value(value, want, key, origin));
 }
 
 void merge_file(toml::table& base, const toml::table& file, const std::string& path,
@@ -496,14 +503,21 @@ void merge_file(toml::table& base, const toml::table& file, const std::string& p
   }
 }
 
-// Sets "section.key" of `c` (a preset's recipe).
+// Sets "section.key" of `c` to `v`, which holds the key's type (a preset's recipe, an
+// Override). A name the field's options cannot hold is an error naming the key.
 void set_field(RunConfig& c, const std::string& key, const FieldValue& v) {
   bool done = false;
   visit_sections(c, [&](const std::string& path, auto& s, const auto& fields) {
-    for (const auto& f : fields)
-      if (!done && path + "." + f.name == key) done = f.set(s, v);
+    for (const auto& f : fields) {
+      if (done || path + "." + f.name != key) continue;
+      try {
+        done = f.set(s, v);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(key + ": " + e.what());
+      }
+    }
   });
-  if (!done) throw std::logic_error("preset recipe: no key '" + key + "' of that type");
+  if (!done) throw std::logic_error("set_field: no key '" + key + "' of that type");
 }
 
 }  // namespace
@@ -548,14 +562,14 @@ std::vector<std::string> RunConfig::diff(const RunConfig& other) const {
   return out;
 }
 
-std::string describe_key(const std::string& key) {
-  const char* flag = nullptr;
+std::vector<std::pair<std::string, std::string>> key_flags() {
+  std::vector<std::pair<std::string, std::string>> out;
   const RunConfig defaults;
   visit_sections(defaults, [&](const std::string& path, const auto&, const auto& fields) {
     for (const auto& f : fields)
-      if (path + "." + f.name == key) flag = f.flag;
+      if (f.flag) out.emplace_back(path + "." + f.name, f.flag);
   });
-  return flag ? key + " (" + flag + ")" : key;
+  return out;
 }
 
 namespace {
@@ -580,22 +594,13 @@ std::string whole(double v) {
 constexpr int64_t kMaxTaskExamples = data::ListOpsOptions::kMaxSequences;
 
 [[noreturn]] void fail(const std::string& key, const std::string& what) {
-  throw std::invalid_argument(describe_key(key) + ": " + what);
+  throw std::invalid_argument(key + ": " + what);
 }
 
 }  // namespace
 
 void RunConfig::validate() const {
-  try {
-    model.validate();
-  } catch (const std::invalid_argument& e) {
-    // "model.key: ..." -> "model.key (--flag): ..." where the key has a flag.
-    const std::string what = e.what();
-    const auto colon = what.find(": ");
-    if (what.rfind("model.", 0) == 0 && colon != std::string::npos)
-      throw std::invalid_argument(describe_key(what.substr(0, colon)) + what.substr(colon));
-    throw;
-  }
+  model.validate();
   // Each field's own check, [train] then [data], as declared.
   auto check_section = [](const std::string& path, const auto& section, const auto& fields) {
     for (const auto& f : fields)
@@ -630,7 +635,7 @@ void RunConfig::validate() const {
              std::to_string(d.pathfinder_resolution) + " = " +
              std::to_string(d.pathfinder_resolution * d.pathfinder_resolution) +
              " pixels exceed model.max_len " + std::to_string(model.max_len) +
-             "; give --max-len " +
+             "; give model.max_len " +
              std::to_string(d.pathfinder_resolution * d.pathfinder_resolution));
   if (!d.task.empty()) {
     const data::TaskInfo* info = nullptr;
@@ -690,7 +695,7 @@ void RunConfig::validate() const {
   }
   if (model.n_classes > 0)
     throw std::invalid_argument("model.n_classes: a classification head needs a task "
-                                "(data.task, --task); language modelling uses the LM head");
+                                "(data.task); language modelling uses the LM head");
   // Next-token prediction needs a model that cannot see the token it predicts.
   if (!model.causal) {
     // A preset made for classification names its language-model variant, if it has one.
@@ -703,12 +708,12 @@ void RunConfig::validate() const {
       // model.preset only records where a configuration came from; any name may be stored.
     }
     throw std::invalid_argument("model.causal: a language model (data.task empty) needs "
-                                "model.causal = true (" + hint + ", or give a task with --task)");
+                                "model.causal = true (" + hint + ", or give a task: data.task)");
   }
   if (d.tokenizer == "bytes" && model.vocab_size != 256)
     throw std::invalid_argument("model.vocab_size: byte-level models (data.tokenizer = 'bytes') "
                                 "need 256, got " + std::to_string(model.vocab_size) +
-                                "; give a SentencePiece model as data.tokenizer (--tokenizer)");
+                                "; give a SentencePiece model as data.tokenizer");
 }
 
 namespace {
@@ -787,7 +792,7 @@ void RunConfig::check_resources(bool training) const {
           "the model's " + number(model.num_parameters_approx()) + " parameters (model.n_layers " +
           std::to_string(model.n_layers) + ", model.d_model " + std::to_string(model.d_model) +
           ", model.d_ff " + std::to_string(model.d_ff) + ", model.vocab_size " +
-          std::to_string(model.vocab_size) + ", " + describe_key("model.max_len") + " " +
+          std::to_string(model.vocab_size) + ", " + "model.max_len " +
           std::to_string(model.max_len) + ") need " + human_bytes(weights) +
           ", more than this machine's " + human_bytes(physical) + " of physical memory");
     return;
@@ -813,8 +818,8 @@ void RunConfig::check_resources(bool training) const {
     std::ostringstream ss;
     ss << "one training step needs at least " << human_bytes(e.total())
        << " of memory, more than this machine's " << human_bytes(physical)
-       << " of physical memory: activations of " << describe_key("train.batch_size") << " "
-       << train.batch_size << " x " << describe_key("model.max_len") << " " << m.max_len
+       << " of physical memory: activations of " << "train.batch_size "
+       << train.batch_size << " x " << "model.max_len " << m.max_len
        << " positions through model.n_layers " << m.n_layers << " layers of model.d_model "
        << m.d_model << " / model.d_ff " << m.d_ff << ": " << human_bytes(e.activations) << "; "
        << number(m.num_parameters_approx())
@@ -836,7 +841,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 // as data files are), at most kMaxConfigBytes.
 std::string read_config_file(const std::string& path) {
   auto too_big = [&](uint64_t bytes) {
-    return std::runtime_error("config file '" + path + "' (--config) is " +
+    return std::runtime_error("config file '" + path + "' (`config_path`) is " +
                               std::to_string(bytes) +
                               " bytes; a configuration is at most 1 MiB (1048576 bytes)");
   };
@@ -846,7 +851,7 @@ std::string read_config_file(const std::string& path) {
     const uintmax_t size = std::filesystem::file_size(path, ec);
     if (!ec && size > kMaxConfigBytes) throw too_big(size);
   }
-  std::string text = data::read_regular_file(path, "config file (--config)");
+  std::string text = data::read_regular_file(path, "config file (`config_path`)");
   if (text.size() > kMaxConfigBytes) throw too_big(text.size());  // grew while being read
   return text;
 }
@@ -885,68 +890,88 @@ std::string out_of_range(const std::string& key, const std::string& value, bool 
          (integral ? "integer (at most 9223372036854775807 in magnitude)" : "float");
 }
 
+// A configuration's keys and their types: the table of the defaults.
+const toml::table& key_types() {
+  static const toml::table t = to_table(RunConfig());
+  return t;
+}
+
+// An integer given for a number becomes the number; any other difference is an error.
+FieldValue as_type(FieldValue v, const FieldValue& want, const std::string& key,
+                   const std::string& origin) {
+  if (v.index() == want.index()) return v;
+  if (want.index() == 1 && v.index() == 0) return static_cast<double>(std::get<int64_t>(v));
+  throw std::runtime_error(origin + ": '" + key + "' must be " + util::field_type_name(want) +
+                           ", got " + util::field_type_name(v));
+}
+
 }  // namespace
 
-RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
+Override::Override(std::string key_in, FieldValue value_in, std::string origin_in)
+    : key(std::move(key_in)), origin(std::move(origin_in)) {
+  if (origin.empty()) origin = key;
+  value = as_type(std::move(value_in), key_type(key_types(), key, origin), key, origin);
+}
+
+Override::Override(const std::string& text) : origin("override '" + text + "'") {
+  const auto eq = text.find('=');
+  const auto dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw std::runtime_error(origin + ": expected section.key=value");
+  key = text.substr(0, eq);
+  const std::string v = text.substr(eq + 1);
+  // "v = " + value is parsed as a TOML document: a line break would start a second line,
+  // which is dropped (a value silently cut short) or read as another key.
+  if (v.find_first_of(std::string("\n\r\0", 3)) != std::string::npos)
+    throw std::runtime_error(origin + ": the value contains a line break or NUL byte; " +
+                             "give one value per override (section.key=value)");
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
+    throw std::runtime_error(origin + ": expected section.key=value");
+  const FieldValue want = key_type(key_types(), key, origin);
+  toml::table doc;
+  try {
+    const std::string line = "v = " + v;
+    check_toml_text(line, origin);
+    doc = toml::parse(line);
+  } catch (const toml::parse_error&) {
+    // A number TOML cannot hold (1e400, 2^63 and more) is out of range, except that a float
+    // key takes a decimal integer beyond int64 (99999999999999999999 is 1e20). Anything
+    // else TOML refuses (a bare word, 007) stays a string, for the type check to report.
+    bool integral = false;
+    if (looks_numeric(v, &integral)) {
+      std::string plain;
+      for (const char ch : v)
+        if (ch != '_') plain += ch;
+      errno = 0;
+      const double x = std::strtod(plain.c_str(), nullptr);
+      const bool overflow = errno == ERANGE && std::isinf(x);
+      const bool beyond_int64 = integral && !(std::fabs(x) < 9223372036854775808.0);
+      const bool float_key = want.index() == 1;
+      if (overflow || (beyond_int64 && !float_key))
+        throw std::runtime_error(origin + ": " + out_of_range(key, v, integral && !float_key));
+      if (beyond_int64) doc = toml::table{{"v", x}};
+    }
+    if (!doc.contains("v")) doc = toml::table{{"v", v}};  // a bare word is a string
+  }
+  value = to_value(*doc.get("v"), want, key, origin);
+}
+
+RunConfig resolve_config(const std::string& config_path, const std::vector<Override>& overrides,
                          const RunConfig* base_in) {
   toml::table file;
   const std::string file_origin = "config file '" + config_path + "'";
   if (!config_path.empty()) {
     file = parse_toml(read_config_file(config_path), file_origin);
   }
-  // Parse the overrides first: the preset they name decides the base configuration.
-  // Each is (dotted key, value, origin).
-  std::vector<std::tuple<std::string, toml::table, std::string>> parsed;
+  // The preset, size and task the file and then the overrides name decide the base
+  // configuration.
   std::string family = file["model"]["preset"].value_or(models::ModelConfig().preset);
   std::string size = file["model"]["size"].value_or(std::string());
   std::string task = file["data"]["task"].value_or(std::string());
-  const toml::table probe = to_table(RunConfig());
   for (const auto& o : overrides) {
-    const std::string origin = "override '" + o + "'";
-    const auto eq = o.find('=');
-    const auto dot = o.find('.');
-    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-      throw std::runtime_error(origin + ": expected section.key=value");
-    const std::string key = o.substr(0, eq);
-    const std::string value = o.substr(eq + 1);
-    // "v = " + value is parsed as a TOML document: a line break would start a second line,
-    // which is dropped (a value silently cut short) or read as another key.
-    if (value.find_first_of(std::string("\n\r\0", 3)) != std::string::npos)
-      throw std::runtime_error(origin + ": the value contains a line break or NUL byte; " +
-                               "give one value per override (--set section.key=value)");
-    if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
-      throw std::runtime_error(origin + ": expected section.key=value");
-    toml::table v;
-    try {
-      const std::string line = "v = " + value;
-      check_toml_text(line, origin);
-      v = toml::parse(line);
-    } catch (const toml::parse_error&) {
-      // A number TOML cannot hold (1e400, 2^63 and more) is out of range, except that a float
-      // key takes a decimal integer beyond int64 (99999999999999999999 is 1e20). Anything
-      // else TOML refuses (a bare word, 007) stays a string, for the type check to report.
-      bool integral = false;
-      const toml::node* slot = node_at(probe, key);
-      if (looks_numeric(value, &integral) && slot) {
-        std::string plain;
-        for (const char ch : value)
-          if (ch != '_') plain += ch;
-        errno = 0;
-        const double x = std::strtod(plain.c_str(), nullptr);
-        const bool overflow = errno == ERANGE && std::isinf(x);
-        const bool beyond_int64 = integral && !(std::fabs(x) < 9223372036854775808.0);
-        const bool float_key = slot->is_floating_point();
-        if (overflow || (beyond_int64 && !float_key))
-          throw std::runtime_error(origin + ": " +
-                                   out_of_range(key, value, integral && !float_key));
-        if (beyond_int64) v = toml::table{{"v", x}};
-      }
-      if (!v.contains("v")) v = toml::table{{"v", value}};  // a bare word is a string
-    }
-    if (key == "model.preset") family = v["v"].value_or(value);
-    if (key == "model.size") size = v["v"].value_or(value);
-    if (key == "data.task") task = v["v"].value_or(value);
-    parsed.emplace_back(key, std::move(v), origin);
+    if (o.key == "model.preset") family = std::get<std::string>(o.value);
+    if (o.key == "model.size") size = std::get<std::string>(o.value);
+    if (o.key == "data.task") task = std::get<std::string>(o.value);
   }
   RunConfig base;
   if (base_in) {
@@ -970,23 +995,32 @@ RunConfig resolve_config(const std::string& config_path, const std::vector<std::
                             ? "model.size"
                         : what.rfind("unknown task", 0) == 0 ? "data.task"
                                                              : nullptr;
-      throw std::runtime_error(key ? describe_key(key) + ": " + what : what);
+      throw std::runtime_error(key ? std::string(key) + ": " + what : what);
     }
   }
-  toml::table t = to_table(base);
-  if (!config_path.empty()) merge_file(t, file, "", file_origin);
-  for (const auto& [key, v, origin] : parsed) assign(t, key, *v.get("v"), origin);
-  RunConfig c = from_table(t, "configuration");
+  RunConfig c = base;
+  if (!config_path.empty()) {
+    toml::table t = to_table(base);
+    merge_file(t, file, "", file_origin);
+    c = from_table(t, file_origin);
+  }
+  for (const auto& o : overrides) {
+    try {
+      set_field(c, o.key, o.value);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(o.origin + ": " + e.what());
+    }
+  }
   // data.dir empty means the lookup through SEQMIX_DATA_DIR; set but empty, it is a mistake
   // (an unexpanded shell variable), not "unset".
   if (const char* env = std::getenv("SEQMIX_DATA_DIR"); c.data.dir.empty() && env && !*env)
     throw std::runtime_error(
         "SEQMIX_DATA_DIR is set but empty (it names the folder scripts/setup.sh fills, used when "
-        "data.dir / --data-dir is not given); set it to that folder, or unset it");
+        "data.dir is not given); set it to that folder, or unset it");
   // A pattern given here (not a preset's) repeats over the layers: entries past n_layers would
   // never be used, and a huge array would be stored in every config.toml and checkpoint.
   bool mixers_given = !!file["model"]["mixers"];
-  for (const auto& [key, v, origin] : parsed) mixers_given = mixers_given || key == "model.mixers";
+  for (const auto& o : overrides) mixers_given = mixers_given || o.key == "model.mixers";
   if (mixers_given && c.model.n_layers >= 1 &&
       static_cast<int64_t>(c.model.mixers.size()) > c.model.n_layers)
     throw std::runtime_error(

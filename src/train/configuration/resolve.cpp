@@ -22,16 +22,14 @@
 
 namespace seqmix::train {
 
-std::vector<std::string> tokenizer_overrides(const std::string& tokenizer) {
+std::vector<Override> tokenizer_overrides(const std::string& tokenizer) {
   const auto tok =
       tokenizer == "bytes" ? data::Tokenizer::bytes() : data::Tokenizer::load(tokenizer);
-  // JSON string syntax is TOML's basic string syntax, escapes included.
-  return {"data.tokenizer=" + nlohmann::json(tokenizer).dump(),
-          "model.vocab_size=" + std::to_string(tok.vocab_size())};
+  return {{"data.tokenizer", tokenizer}, {"model.vocab_size", int64_t{tok.vocab_size()}}};
 }
 
 RunConfig resolve_run(const RunRequest& request, const RunConfig* base) {
-  std::vector<std::string> overrides;
+  std::vector<Override> overrides;
   if (!request.tokenizer.empty()) overrides = tokenizer_overrides(request.tokenizer);
   overrides.insert(overrides.end(), request.overrides.begin(), request.overrides.end());
   return resolve_config(request.config_path, overrides, base);
@@ -43,7 +41,7 @@ void check_tokenizer(const RunConfig& config, const data::Tokenizer& tokenizer) 
       "model.vocab_size is " + std::to_string(config.model.vocab_size) + " but tokenizer '" +
       config.data.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) +
       " pieces; set model.vocab_size=" + std::to_string(tokenizer.vocab_size()) +
-      " (the --tokenizer option does so)");
+      " (giving the tokenizer by itself does so)");
 }
 
 data::Tokenizer resolve_tokenizer(const RunConfig& config) {
@@ -90,8 +88,9 @@ TrainOptions open_training_folder(const std::string& out_dir, bool resume,
   options.out_dir = out_dir;
   options.resume = resume;
   if (!resume) return options;
-  if (out_dir.empty()) throw std::runtime_error("--resume needs --out <run folder>");
-  util::check_path_text(out_dir, "--out");
+  if (out_dir.empty())
+    throw std::invalid_argument("`resume` needs `out_dir`, the run folder to resume");
+  util::check_path_text(out_dir, "`out_dir`");
   // Locked before the checkpoint is read, so a run training in the folder cannot replace it
   // between this read and train()'s.
   if (std::filesystem::is_directory(out_dir))
@@ -100,13 +99,37 @@ TrainOptions open_training_folder(const std::string& out_dir, bool resume,
   return options;
 }
 
-TrainingRun resolve_training(const RunRequest& request, const std::string& out_dir,
-                             bool resume) {
+TrainingRun prepare_training(const TrainingRequest& request) {
+  if (request.allow_data_change && !request.resume)
+    throw std::invalid_argument("`allow_data_change` applies to `resume` only");
   TrainingRun run;
-  run.options = open_training_folder(out_dir, resume);
-  run.config =
-      resolve_run(request, run.options.checkpoint ? &run.options.checkpoint->config() : nullptr);
+  run.options = open_training_folder(request.out_dir, request.resume, request.group);
+  run.options.overwrite = request.overwrite;
+  run.options.allow_data_change = request.allow_data_change;
+  run.options.report_interval = request.report_interval;
+  auto resolve = [&] {
+    if (request.resolved) {
+      run.config = *request.resolved;
+      return;
+    }
+    const CheckpointFile* stored = run.options.checkpoint.get();
+    run.config = resolve_run(request.config, stored ? &stored->config() : nullptr);
+  };
+  if (request.group)
+    request.group->all_or_none("resolving the configuration", resolve);
+  else
+    resolve();
   return run;
+}
+
+FinishedRun run_training(const TrainingRequest& request) {
+  if (request.out_dir.empty())
+    throw std::invalid_argument("`out_dir`: a training run needs its run folder");
+  TrainingRun run = prepare_training(request);
+  FinishedRun done;
+  done.result = train(run.config, run.options);
+  done.config = std::move(run.config);
+  return done;
 }
 
 LoadedRun load_run(const std::string& run) {
@@ -128,13 +151,13 @@ EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,
   EvalSet set;
   if (!d.task.empty()) {
     if (!request.data.empty())
-      throw std::invalid_argument("--data: '" + request.run + "' is a classifier on task '" +
-                                  d.task + "', which brings its own data; give --split instead");
+      throw std::invalid_argument("`data`: '" + request.run + "' is a classifier on task '" +
+                                  d.task + "', which brings its own data; give `split` instead");
     set.classification = true;
     set.split = request.split.empty() ? "test" : request.split;
     // Checked before the task is loaded: generating a task's data can take minutes.
     if (set.split != "test" && set.split != "valid" && set.split != "train")
-      throw std::runtime_error("--split: a task has the splits train, valid and test, got '" +
+      throw std::runtime_error("`split`: a task has the splits train, valid and test, got '" +
                                set.split + "'");
     data::TaskData task = data::load_task(task_spec(config));
     auto& splits = task.splits;

@@ -56,13 +56,17 @@ CompareModel parse_compare_model(const std::string& spec) {
   if (!valid_model_name(m.name))
     throw std::invalid_argument("model spec '" + shown + "': the name '" +
                                 util::printable_text(m.name) + "' " + kNameRule);
-  m.overrides.push_back("model.preset=" + head.substr(eq + 1));
+  m.overrides.emplace_back("model.preset", head.substr(eq + 1), "model spec '" + shown + "'");
   while (in >> word) {
     const auto e = word.find('='), d = word.find('.');
     if (e == std::string::npos || d == std::string::npos || d > e)
       throw std::invalid_argument("model spec '" + shown + "': '" + util::printable_text(word) +
                                   "'" + form);
-    m.overrides.push_back(word);
+    try {
+      m.overrides.emplace_back(word);
+    } catch (const std::runtime_error& err) {
+      throw std::invalid_argument("model spec '" + shown + "': " + err.what());
+    }
   }
   return m;
 }
@@ -141,20 +145,20 @@ bool finished_run(const fs::path& dir, const RunConfig& config, nlohmann::json& 
   if (!diff.empty())
     throw std::runtime_error("compare: run folder '" + dir.string() +
                              "' holds a different finished run (" + diff.front() +
-                             "); remove it or choose another --out");
+                             "); remove it or choose another `out_dir`");
   return true;
 }
 
 }  // namespace
 
 std::vector<RunConfig> resolve_compare(const CompareOptions& o) {
-  if (o.out_dir.empty()) throw std::runtime_error("compare: no output folder given (--out)");
-  util::check_path_text(o.out_dir, "compare: --out");
-  if (!o.config_path.empty()) util::check_path_text(o.config_path, "compare: --config");
-  if (o.models.empty()) throw std::runtime_error("compare: no models given (--run NAME=PRESET)");
-  if (o.bucket < 0) throw std::runtime_error("compare: --bucket must be >= 1 (or 0: automatic)");
+  if (o.out_dir.empty()) throw std::runtime_error("compare: no output folder given (`out_dir`)");
+  util::check_path_text(o.out_dir, "compare: `out_dir`");
+  if (!o.config_path.empty()) util::check_path_text(o.config_path, "compare: `config_path`");
+  if (o.models.empty()) throw std::runtime_error("compare: no models given (`models`)");
+  if (o.bucket < 0) throw std::runtime_error("compare: `bucket` must be >= 1 (or 0: automatic)");
   if (o.seeds < 1 || o.seeds > CompareOptions::kMaxSeeds)
-    throw std::runtime_error(fmt::format("compare: --seeds must be in [1, {}], got {}",
+    throw std::runtime_error(fmt::format("compare: `seeds` must be in [1, {}], got {}",
                                          CompareOptions::kMaxSeeds, o.seeds));
   std::set<std::string> names;
   std::vector<RunConfig> configs;
@@ -164,18 +168,18 @@ std::vector<RunConfig> resolve_compare(const CompareOptions& o) {
                                kNameRule);
     if (!names.insert(m.name).second)
       throw std::runtime_error("compare: model name '" + m.name + "' is given twice");
-    std::vector<std::string> overrides = o.shared_overrides;
+    std::vector<Override> overrides = o.shared_overrides;
     overrides.insert(overrides.end(), m.overrides.begin(), m.overrides.end());
-    overrides.push_back("train.log_interval=1");  // one training line per batch
+    overrides.emplace_back("train.log_interval", int64_t{1});  // one training line per batch
     try {
       configs.push_back(resolve_config(o.config_path, overrides));
     } catch (const std::exception& e) {
       throw std::runtime_error("compare: model '" + m.name + "': " + e.what());
     }
     const auto& d = configs.back().data;
-    util::check_path_text(d.source, "compare: --data (data.source)");
-    util::check_path_text(d.dir, "compare: --data-dir (data.dir)");
-    util::check_path_text(d.tokenizer, "compare: --tokenizer (data.tokenizer)");
+    util::check_path_text(d.source, "compare: data.source");
+    util::check_path_text(d.dir, "compare: data.dir");
+    util::check_path_text(d.tokenizer, "compare: data.tokenizer");
     const auto keys = batch_keys_differing(configs.front(), configs.back());
     if (!keys.empty())
       throw std::runtime_error("compare: model '" + m.name + "' differs from '" +
@@ -249,12 +253,16 @@ CompareResult compare_one(const CompareOptions& o, const std::vector<RunConfig>&
       if (writer)
         fmt::print(stderr, "compare: training '{}' ({} / {}) into '{}'\n", m.name, i + 1,
                  o.models.size(), dir.string());
-      TrainOptions opts = open_training_folder(dir.string(), resume, o.group);
+      TrainingRequest request;
+      request.resolved = config;
+      request.out_dir = dir.string();
+      request.resume = resume;
       // A run stopped before its first checkpoint left only its configuration and metrics:
       // nothing to continue or lose, so it starts again.
-      opts.overwrite = !opts.resume;
-      opts.report_interval = o.report_interval;
-      const TrainResult r = train(config, opts);
+      request.overwrite = !resume;
+      request.report_interval = o.report_interval;
+      request.group = o.group;
+      const TrainResult r = run_training(request).result;
       if (!writer) continue;
       row.eval_loss = r.eval_loss;
       row.eval_perplexity = r.eval_perplexity;
@@ -582,7 +590,7 @@ CompareResult compare(const CompareOptions& o) {
     CompareOptions so = o;
     so.seeds = 1;
     so.out_dir = (fs::path(o.out_dir) / ("seed-" + std::to_string(first_seed + k))).string();
-    so.shared_overrides.push_back("train.seed=" + std::to_string(first_seed + k));
+    so.shared_overrides.emplace_back("train.seed", first_seed + k);
     per_seed_configs.push_back(resolve_compare(so));
     per_seed.push_back(std::move(so));
   }

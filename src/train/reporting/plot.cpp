@@ -227,13 +227,13 @@ std::string join(const std::set<std::string>& items) {
 PlotResult plot_runs(const PlotOptions& o) {
   if (o.runs.empty()) throw std::invalid_argument("plot: no run folders given");
   if (!o.metric.empty() && std::find(kMetrics.begin(), kMetrics.end(), o.metric) == kMetrics.end())
-    throw std::invalid_argument("plot: --metric '" + util::printable_text(o.metric) +
+    throw std::invalid_argument("plot: `metric` '" + util::printable_text(o.metric) +
                                 "' (expected bpc, loss, accuracy or lr)");
   for (const auto& r : o.runs) util::check_path_text(r, "plot: run folder");
-  if (!o.out.empty()) util::check_path_text(o.out, "plot: --out");
+  if (!o.out.empty()) util::check_path_text(o.out, "plot: `out`");
   if (o.out.empty() && o.runs.size() > 1)
     throw std::invalid_argument(fmt::format(
-        "plot: --out FILE.png or FILE.svg is required with several runs ({} given)",
+        "plot: `out` FILE.png or FILE.svg is required with several runs ({} given)",
         o.runs.size()));
 
   std::vector<Run> runs;
@@ -306,15 +306,15 @@ PlotResult plot_runs(const PlotOptions& o) {
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
   if (lower != ".png" && lower != ".svg")
-    throw std::invalid_argument("plot: --out '" + result.path +
+    throw std::invalid_argument("plot: `out` '" + result.path +
                                 "' must end in .png or .svg");
   {
     std::error_code ec;
     const fs::path parent = fs::absolute(result.path).parent_path();
     if (!fs::is_directory(parent, ec))
-      throw std::runtime_error("plot: the folder of --out '" + result.path + "' does not exist");
+      throw std::runtime_error("plot: the folder of `out` '" + result.path + "' does not exist");
     if (fs::is_directory(result.path, ec))
-      throw std::runtime_error("plot: --out '" + result.path + "' is a folder");
+      throw std::runtime_error("plot: `out` '" + result.path + "' is a folder");
     util::check_replaceable(result.path);  // a picture replaces a picture, nothing else
   }
   const std::string output = "plot" + lower;

@@ -169,8 +169,8 @@ void load_strict(const std::string& what, const std::vector<std::pair<std::strin
 // A path a user gave for a file seqmix writes: no control characters, not a folder, not an
 // existing file unless `overwrite`, not a run's own files.
 void check_out_file(const std::string& out_file, bool overwrite, const std::string& source) {
-  util::check_path_text(out_file, "--out");
-  if (out_file.empty()) throw std::runtime_error("export: no output file given (--out)");
+  util::check_path_text(out_file, "`out_file`");
+  if (out_file.empty()) throw std::runtime_error("export: no output file given (`out_file`)");
   std::error_code ec;
   const fs::path out(out_file);
   if (fs::is_directory(out, ec))
@@ -191,7 +191,7 @@ void check_out_file(const std::string& out_file, bool overwrite, const std::stri
              : "in a training run's folder") +
         "; give a file outside the run's folder");
   if (!overwrite && fs::exists(out, ec))
-    throw std::runtime_error("export: '" + out_file + "' exists; give --overwrite to replace it");
+    throw std::runtime_error("export: '" + out_file + "' exists; give `overwrite` to replace it");
 }
 
 }  // namespace
@@ -334,7 +334,8 @@ LoadedRun load_export(const std::string& file, const RunRequest* bare_config) {
     if (bare_config)
       throw std::invalid_argument(
           what + " is a seqmix export, which holds its own configuration; a configuration "
-                 "(--model, --size, --config, --set, --tokenizer) applies only to a bare state dict");
+                 "(model.preset, model.size, a config file, overrides, a tokenizer) applies only to a "
+                 "bare state dict");
     const c10::IValue config = entry("config");
     if (!config.isGenericDict()) throw std::runtime_error(what + " has no 'config' dict");
     std::ostringstream toml_text;
@@ -373,8 +374,8 @@ LoadedRun load_export(const std::string& file, const RunRequest* bare_config) {
     stored = tensors_of(dict, "the dict");
     if (!bare_config)
       throw std::runtime_error(what + " holds no configuration (a bare state dict): give it "
-                               "with --model/--size, --config or --set (and --tokenizer for "
-                               "a SentencePiece model)");
+                               "with model.preset / model.size, a config file or overrides "
+                               "(and data.tokenizer for a SentencePiece model)");
     loaded.config = resolve_run(*bare_config);
     loaded.tokenizer = resolve_tokenizer(loaded.config);
   }
@@ -454,7 +455,7 @@ void save_run(const std::string& out_dir, models::SequenceModel& model, const Ru
       std::string names;
       for (const auto& f : existing) names += (names.empty() ? "" : ", ") + f;
       throw std::runtime_error("run folder '" + out_dir + "' already holds a run (" + names +
-                               "); replace it with --overwrite, or give another folder");
+                               "); replace it with `overwrite`, or give another folder");
     }
     if (existing.empty() && !created_dir)
       for (const auto& e : fs::directory_iterator(out, ec)) {

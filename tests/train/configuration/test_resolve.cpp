@@ -45,7 +45,8 @@ std::string bpe_model(const std::string& dir) {
 
 TEST(Resolve, BytesTokenizerOverrides) {
   EXPECT_EQ(train::tokenizer_overrides("bytes"),
-            (std::vector<std::string>{"data.tokenizer=\"bytes\"", "model.vocab_size=256"}));
+            (std::vector<train::Override>{{"data.tokenizer", "bytes"},
+                                          {"model.vocab_size", int64_t{256}}}));
   train::RunRequest r;
   r.tokenizer = "bytes";
   r.overrides = {"model.size=tiny"};
@@ -106,19 +107,34 @@ TEST(Resolve, TokenizerThatIsNotAModel) {
 
 TEST(Resolve, TrainingRunAndResume) {
   const std::string dir = seqmix::testing::temp_dir("resolve-train");
-  train::RunRequest r;
-  r.overrides = {"model.size=tiny", "train.max_steps=7"};
-  const auto fresh = train::resolve_training(r, dir + "/run", false);
+  train::TrainingRequest r;
+  r.config.overrides = {"model.size=tiny", {"train.max_steps", int64_t{7}}};
+  r.out_dir = dir + "/run";
+  r.overwrite = true;
+  const auto fresh = train::prepare_training(r);
   EXPECT_EQ(fresh.config.train.max_steps, 7);
   EXPECT_EQ(fresh.options.out_dir, dir + "/run");
   EXPECT_FALSE(fresh.options.resume);
+  EXPECT_TRUE(fresh.options.overwrite);
   EXPECT_FALSE(fresh.options.lock);
   EXPECT_FALSE(fresh.options.checkpoint);
-  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));  // resolving creates nothing
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));  // preparing creates nothing
 
-  EXPECT_EQ(error_of([&] { train::resolve_training(r, "", true); }),
-            "--resume needs --out <run folder>");
-  EXPECT_THROW(train::resolve_training(r, dir + "/none", true), std::runtime_error);
+  // The request's own mistakes, named by its fields (the command line names its flags).
+  auto bad = r;
+  bad.allow_data_change = true;
+  EXPECT_EQ(error_of([&] { train::prepare_training(bad); }),
+            "`allow_data_change` applies to `resume` only");
+  bad = r;
+  bad.out_dir.clear();
+  EXPECT_EQ(error_of([&] { train::run_training(bad); }),
+            "`out_dir`: a training run needs its run folder");
+  bad.resume = true;
+  EXPECT_EQ(error_of([&] { train::prepare_training(bad); }),
+            "`resume` needs `out_dir`, the run folder to resume");
+  bad.out_dir = dir + "/none";
+  EXPECT_THROW(train::prepare_training(bad), std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/none"));
 
   // A stored run is the base: its keys stay, the request's overrides apply on top.
   auto stored = fresh.config;
@@ -127,15 +143,22 @@ TEST(Resolve, TrainingRunAndResume) {
   std::filesystem::create_directories(dir + "/run");
   models::SequenceModel model(stored.model);
   train::save_checkpoint(dir + "/run/checkpoint.pt", model, nullptr, stored, 3);
-  train::RunRequest more;
-  more.overrides = {"train.max_steps=9"};
-  const auto resumed = train::resolve_training(more, dir + "/run", true);
+  train::TrainingRequest more;
+  more.config.overrides = {"train.max_steps=9"};
+  more.out_dir = dir + "/run";
+  more.resume = true;
+  const auto resumed = train::prepare_training(more);
   EXPECT_EQ(resumed.config.model.d_model, 32);
   EXPECT_EQ(resumed.config.train.max_steps, 9);
   EXPECT_TRUE(resumed.options.resume);
   ASSERT_TRUE(resumed.options.checkpoint);
   EXPECT_EQ(resumed.options.checkpoint->config().train.max_steps, 7);
   EXPECT_TRUE(resumed.options.lock);  // the folder stays locked until train() is done
+  // A configuration resolved already is used as it is; the request's own is not read.
+  more.resume = false;
+  more.resolved = stored;
+  more.config.overrides = {"train.max_steps=11"};
+  EXPECT_EQ(train::prepare_training(more).config.train.max_steps, 7);
   std::filesystem::remove_all(dir);
 }
 
@@ -187,12 +210,12 @@ TEST(Resolve, ClassifierEvaluationRequests) {
   request.run = "runs/lo";
   request.data = "sotu";
   EXPECT_EQ(error_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
-            "--data: 'runs/lo' is a classifier on task 'listops', which brings its own data; "
-            "give --split instead");
+            "`data`: 'runs/lo' is a classifier on task 'listops', which brings its own data; "
+            "give `split` instead");
   request.data.clear();
   request.split = "dev";
   EXPECT_EQ(error_of([&] { train::load_eval_set(c, data::Tokenizer::bytes(), request); }),
-            "--split: a task has the splits train, valid and test, got 'dev'");
+            "`split`: a task has the splits train, valid and test, got 'dev'");
 }
 
 TEST(Resolve, ConfigSummaryHasOneLinePerSection) {

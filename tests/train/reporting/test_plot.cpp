@@ -50,7 +50,8 @@ bool has_private_dirs(const std::string& dir) {
 void write_run(const std::string& dir, const std::vector<nlohmann::json>& lines,
                const std::vector<std::string>& overrides = {"model.size=tiny"}) {
   fs::create_directories(dir);
-  std::ofstream(dir + "/config.toml") << train::resolve_config("", overrides).to_toml();
+  std::ofstream(dir + "/config.toml")
+      << train::resolve_config("", {overrides.begin(), overrides.end()}).to_toml();
   std::ofstream m(dir + "/metrics.jsonl");
   for (const auto& l : lines) m << l.dump() << '\n';
 }
@@ -288,17 +289,17 @@ TEST(PlotRuns, ErrorsNameTheInput) {
   EXPECT_NE(e.find("no run has 'accuracy'"), std::string::npos) << e;
   EXPECT_NE(e.find("'" + dir + "/run' has bpc, loss, lr"), std::string::npos) << e;
   e = err({dir + "/run"}, "perplexity", "");
-  EXPECT_NE(e.find("--metric 'perplexity' (expected bpc, loss, accuracy or lr)"),
+  EXPECT_NE(e.find("`metric` 'perplexity' (expected bpc, loss, accuracy or lr)"),
             std::string::npos) << e;
   e = err({dir + "/run"}, "", dir + "/p.jpg");
   EXPECT_NE(e.find("must end in .png or .svg"), std::string::npos) << e;
   e = err({dir + "/run", dir + "/run"}, "", "");
-  EXPECT_NE(e.find("--out FILE.png or FILE.svg is required with several runs"),
+  EXPECT_NE(e.find("`out` FILE.png or FILE.svg is required with several runs"),
             std::string::npos) << e;
   e = err({dir + "/run"}, "", dir + "/no/such/folder/p.png");
   EXPECT_NE(e.find("does not exist"), std::string::npos) << e;
   e = err({dir + "/run"}, "", dir + "/p\nsystem('touch " + dir + "/PWNED').png");
-  EXPECT_NE(e.find("--out"), std::string::npos) << e;
+  EXPECT_NE(e.find("`out`"), std::string::npos) << e;
   EXPECT_NE(e.find("control character"), std::string::npos) << e;
   e = err({dir + "/r\tun"}, "", "");
   EXPECT_NE(e.find("run folder"), std::string::npos) << e;
@@ -338,10 +339,15 @@ TEST(Compare, Quartiles) {
 
 TEST(Compare, ParsesModelSpecs) {
   const auto m =
-      train::parse_compare_model("no-adj=extractor-transformer  model.extractor_adjust=false");
+      train::parse_compare_model("no-adj=extractor-transformer  model.extractor.adjust=false");
   EXPECT_EQ(m.name, "no-adj");
-  EXPECT_EQ(m.overrides, (std::vector<std::string>{"model.preset=extractor-transformer",
-                                                   "model.extractor_adjust=false"}));
+  EXPECT_EQ(m.overrides, (std::vector<train::Override>{{"model.preset", "extractor-transformer"},
+                                                       {"model.extractor.adjust", false}}));
+  // An override is checked as the spec is read: a key that does not exist, a wrong type.
+  EXPECT_THROW(train::parse_compare_model("a=transformer model.extractor_adjust=false"),
+               std::invalid_argument);
+  EXPECT_THROW(train::parse_compare_model("a=transformer train.lr=fast"),
+               std::invalid_argument);
   EXPECT_THROW(train::parse_compare_model("extractor-transformer"), std::invalid_argument);
   EXPECT_THROW(train::parse_compare_model("a/b=transformer"), std::invalid_argument);
   EXPECT_THROW(train::parse_compare_model("a=transformer lr=3"), std::invalid_argument);
@@ -453,23 +459,23 @@ TEST(Compare, SeveralSeedsGiveMeanSdAndAVerdictPerPair) {
 
   o.seeds = 0;
   EXPECT_EQ(error_of([&] { train::resolve_compare(o); }),
-            "compare: --seeds must be in [1, 100], got 0");
+            "compare: `seeds` must be in [1, 100], got 0");
   o.seeds = 101;
   EXPECT_EQ(error_of([&] { train::resolve_compare(o); }),
-            "compare: --seeds must be in [1, 100], got 101");
+            "compare: `seeds` must be in [1, 100], got 101");
 }
 
 TEST(Compare, RefusesControlCharactersBeforeCreatingAnything) {
   const std::string dir = seqmix::testing::temp_dir("compare-control");
   auto o = tiny_compare(dir, dir + "/out\nsystem(\"touch " + dir + "/PWNED\")\n");
   std::string e = error_of([&] { train::compare(o); });
-  EXPECT_EQ(e.rfind("compare: --out", 0), 0u) << e;
+  EXPECT_EQ(e.rfind("compare: `out_dir`", 0), 0u) << e;
   EXPECT_NE(e.find("\\x0asystem("), std::string::npos) << e;
   EXPECT_NE(e.find("control character"), std::string::npos) << e;
   o = tiny_compare(dir, dir + "/out");
-  o.shared_overrides.push_back("data.source=\"" + dir + "/c.txt\\nx\"");  // TOML "\n"
+  o.shared_overrides.emplace_back("data.source", dir + "/c.txt\nx");
   e = error_of([&] { train::compare(o); });
-  EXPECT_NE(e.find("--data"), std::string::npos) << e;
+  EXPECT_NE(e.find("data.source"), std::string::npos) << e;
   EXPECT_NE(e.find("control character"), std::string::npos) << e;
   o = tiny_compare(dir, dir + "/out");
   o.models.push_back({"..", {"model.preset=transformer"}});

@@ -57,7 +57,7 @@ TEST(Export, SaveRunAndExportGiveIdenticalLogits) {
   EXPECT_TRUE(back.tokenizer.is_bytes());
 
   // Nothing is replaced without overwrite; a run's own checkpoint is never written.
-  EXPECT_NE(error_of([&] { train::export_run(run, file, false); }).find("exists; give --overwrite"),
+  EXPECT_NE(error_of([&] { train::export_run(run, file, false); }).find("exists; give `overwrite`"),
             std::string::npos);
   EXPECT_NO_THROW(train::export_run(run, file, true));
   EXPECT_NE(error_of([&] { train::export_run(run, run + "/checkpoint.pt", true); })
@@ -113,7 +113,7 @@ TEST(Export, BareStateDictNeedsAConfigurationAndLoadsStrictly) {
 
   EXPECT_NE(error_of([&] { train::load_export(sd, nullptr); })
                 .find("export '" + sd + "' holds no configuration (a bare state dict): give it "
-                      "with --model/--size, --config or --set"),
+                      "with model.preset / model.size, a config file or overrides"),
             std::string::npos);
   train::LoadedRun run = train::load_export(sd, &t.request);
   EXPECT_TRUE(at::equal(logits(run.model), want));

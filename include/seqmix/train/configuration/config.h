@@ -7,19 +7,22 @@
 ///   2. a TOML config file with sections [model] (and its mixer sections [model.aib],
 ///      [model.attention], [model.ces], [model.extractor]; models/model_config.h), [data],
 ///      [train];
-///   3. command-line overrides `section.key=value`, e.g. `model.aib.weights=exp`.
-/// Unknown sections or keys, and values of the wrong type, are errors naming the key. The
-/// flat mixer keys written before the sections existed (`model.aib_weights`, ...) are read
-/// in their sections, with a one-line note on stderr.
+///   3. overrides of single keys (Override): typed values from a front end's own options
+///      (`--lr 1e-3` is the double 1e-3), or `section.key=value` text, e.g.
+///      `model.aib.weights=exp`, parsed once into the key's type.
+/// Unknown sections or keys, and values of the wrong type, are errors naming the key.
 ///
 /// Example:
-///   auto c = seqmix::train::resolve_config("", {"model.preset=moss", "train.lr=1e-3"});
+///   auto c = seqmix::train::resolve_config(
+///       "", {"model.preset=moss", {"train.lr", 1e-3}, {"train.max_steps", int64_t{600}}});
 ///   std::cout << c.to_toml();  // what --dump-config prints
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "seqmix/models/sequence_model.h"
+#include "seqmix/util/fields.h"
 
 namespace seqmix::train {
 
@@ -115,8 +118,8 @@ struct RunConfig {
   /// known, model and data consistent: a task's example counts at most 10^8 per split (and
   /// the task's own limits: ListOps's token total, Fashion-MNIST's 60000 training images), a
   /// language model (data.task empty) causal.
-  /// @throws std::invalid_argument "<section.key> (<flag>): must be <what>, got <value>" for the
-  ///         first invalid key (the flag only where one exists, see describe_key).
+  /// @throws std::invalid_argument "<section.key>: must be <what>, got <value>" for the
+  ///         first invalid key.
   void validate() const;
 
   /// A lower bound on the memory one training step needs, bytes (computed in double, so any
@@ -138,16 +141,17 @@ struct RunConfig {
   /// resolve_config calls it for training (train, compare, resume); a command that loads a
   /// stored configuration to evaluate or generate can call check_resources(false) before
   /// building the model.
-  /// @throws std::invalid_argument naming the keys (and flags), the request and the machine's
+  /// @throws std::invalid_argument naming the keys, the request and the machine's
   ///         figure.
   void check_resources(bool training = true) const;
   /// Keys whose values differ, as "section.key: this vs other" (empty if equal).
   std::vector<std::string> diff(const RunConfig& other) const;
 };
 
-/// "section.key" followed by its command-line flag where one exists, e.g. "train.lr (--lr)",
-/// "model.d_ff" (no flag): how error messages name a key.
-std::string describe_key(const std::string& key);
+/// Every key that has a command-line flag, with the flag: ("train.lr", "--lr"), ... Errors
+/// name keys alone ("train.lr: must be ..."); the command line adds the flag it knows the
+/// key by.
+std::vector<std::pair<std::string, std::string>> key_flags();
 
 /// The check every TOML text seqmix parses gets first (config files, overrides, the
 /// configuration inside a checkpoint or export, seqmix.build(config=...)): at most 1 MiB, and
@@ -158,19 +162,44 @@ std::string describe_key(const std::string& key);
 ///         configuration nests at most 32 ..." or "<origin>: N bytes of TOML; ... at most 1 MiB".
 void check_toml_text(std::string_view text, const std::string& origin);
 
+/// One override of a configuration key, its value already of the key's type. Built either
+/// from a typed value, or from the text "section.key=value" (implicitly, so a list of
+/// strings is a list of overrides), whose value is TOML (a string may be given bare):
+/// "train.lr=1e-3", "model.aib.weights=exp", "model.mixers=['aib', 'attention']".
+struct Override {
+  /// Parses "section.key=value" into the key's type: an integer where an integer is
+  /// expected, a number (an integer is one) where a number is, true/false, a string, an
+  /// array of strings.
+  /// @throws std::runtime_error "override '<text>': ..." for a text not of that form, a line
+  ///         break or NUL byte in the value, an unknown section or key (listing the known
+  ///         ones), a value of another type, or a number out of the range of its type.
+  Override(const std::string& text);  // NOLINT(google-explicit-constructor): see above
+  Override(const char* text) : Override(std::string(text)) {}  // NOLINT
+  /// `value` for `key` ("train.lr"); an integer given for a number is converted.
+  /// @param origin  how messages name where the value came from ("--lr"); "" = the key.
+  /// @throws std::runtime_error for an unknown key or a value of another type, as above.
+  Override(std::string key, util::FieldValue value, std::string origin = "");
+
+  std::string key;          ///< "section.key", e.g. "train.lr"
+  util::FieldValue value;   ///< of the key's type
+  std::string origin;       ///< for messages, e.g. "override 'train.lr=1e-3'" or "--lr"
+
+  /// The same key and value (wherever they came from).
+  bool operator==(const Override& o) const { return key == o.key && value == o.value; }
+};
+
 /// Resolves a run configuration (see file comment), then validate() and check_resources().
 /// @param config_path  TOML file or empty: a regular file (a FIFO or device is refused without
 ///                     blocking, as data files are) of at most 1 MiB.
-/// @param overrides    "section.key=value" strings; the value is parsed as TOML (so strings
-///                     may be given bare), e.g. "train.lr=1e-3", "model.mixers=['aib']". A
-///                     number TOML cannot hold (1e400) is an error saying it is out of range.
+/// @param overrides    applied in order after the file; model.preset, model.size and
+///                     data.task among them choose the preset the configuration starts from.
 /// A model.mixers given by the file or an override may have at most model.n_layers entries
 /// (a preset's pattern is used as is). An empty data.dir with SEQMIX_DATA_DIR set but empty
 /// is an error naming the variable.
 /// @throws std::runtime_error naming the file, key or override that is wrong, or the keys of a
 ///         request this machine cannot meet.
 /// @param base         when given (resuming a run), the starting point instead of a preset.
-RunConfig resolve_config(const std::string& config_path, const std::vector<std::string>& overrides,
+RunConfig resolve_config(const std::string& config_path, const std::vector<Override>& overrides,
                          const RunConfig* base = nullptr);
 
 }  // namespace seqmix::train

@@ -15,6 +15,7 @@
 ///   const RunConfig config = resolve_run(request);
 ///   std::cerr << config_summary(config);
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,15 +34,15 @@ struct RunRequest {
   /// given, it sets data.tokenizer and model.vocab_size (tokenizer_overrides) before
   /// `overrides`, which may still change them.
   std::string tokenizer;
-  std::vector<std::string> overrides;  ///< "section.key=value", applied in order
+  std::vector<Override> overrides;  ///< applied in order (config.h)
 };
 
 /// The overrides a tokenizer given by itself amounts to: data.tokenizer = `tokenizer` and
 /// model.vocab_size = its piece count (256 for "bytes"). The model file is read to count its
 /// pieces.
-/// @throws std::runtime_error naming data.tokenizer (--tokenizer) if the file is not a
-///         SentencePiece model (see data::Tokenizer::load).
-std::vector<std::string> tokenizer_overrides(const std::string& tokenizer);
+/// @throws std::runtime_error naming data.tokenizer if the file is not a SentencePiece model
+///         (see data::Tokenizer::load).
+std::vector<Override> tokenizer_overrides(const std::string& tokenizer);
 
 /// resolve_config(request.config_path, tokenizer_overrides(request.tokenizer) +
 /// request.overrides, base): a configuration checked by validate() and check_resources().
@@ -78,22 +79,55 @@ struct TrainingRun {
 /// With `group` (a data-parallel job): rank 0 does the above, the other ranks touch no file
 /// of the folder; when resuming, rank 0's checkpoint is sent to every rank (so the folder
 /// need exist on rank 0's machine only), and every rank's options carry it and the group.
-/// @throws std::runtime_error as resolve_training, for the folder and checkpoint; with a
-///         group, on every rank when it fails on one.
+/// @throws std::invalid_argument "`resume` needs `out_dir`, the run folder to resume" when
+///         resuming without `out_dir`; std::runtime_error as util::check_path_text for an
+///         `out_dir` with control characters, as util::FolderLock when another process trains
+///         in the folder, as CheckpointFile for a missing or corrupt checkpoint. With a group,
+///         on every rank when it fails on one.
 TrainOptions open_training_folder(const std::string& out_dir, bool resume,
                                   std::shared_ptr<dist::ProcessGroup> group = nullptr);
 
-/// open_training_folder, then resolve_run from the resumed checkpoint's configuration (if
-/// any): a training run into `out_dir` (which may be empty to only resolve, e.g. to print
-/// the configuration). A resumed run starts from the configuration stored in
-/// `out_dir`'s checkpoint instead of a preset, and the request's overrides apply on top of it
-/// (train() then refuses changes other than the length and reporting of the run).
-/// @throws std::runtime_error "--resume needs --out <run folder>" when resuming without
-///         `out_dir`; as util::check_path_text for an `out_dir` with control characters; as
-///         util::FolderLock when another process trains in the folder; as CheckpointFile for a
-///         missing or corrupt checkpoint; as resolve_run.
-TrainingRun resolve_training(const RunRequest& request, const std::string& out_dir,
-                             bool resume);
+/// A training run as a front end asks for it: what its configuration is made of, its run
+/// folder, and how to treat what the folder already holds.
+struct TrainingRequest {
+  RunRequest config;  ///< preset, TOML file, tokenizer and overrides
+  /// A configuration resolved already (compare resolves every model's before it trains
+  /// any), used instead of `config`. When resuming, train() checks it against the
+  /// checkpoint's.
+  std::optional<RunConfig> resolved;
+  std::string out_dir;  ///< the run folder (TrainOptions::out_dir); "" only to resolve
+  bool resume = false;  ///< TrainOptions::resume: the configuration starts from the checkpoint's
+  bool overwrite = false;          ///< TrainOptions::overwrite
+  bool allow_data_change = false;  ///< TrainOptions::allow_data_change; needs `resume`
+  int64_t report_interval = 0;     ///< TrainOptions::report_interval
+  /// The data-parallel job this process is a rank of (dist/process_group.h), or null.
+  std::shared_ptr<dist::ProcessGroup> group;
+};
+
+/// The set-up of a training run, the same for every front end (the CLI's train and compare,
+/// seqmix.train in Python): open the run folder (open_training_folder: lock it and read its
+/// checkpoint when resuming), resolve the configuration against that checkpoint's
+/// (resolve_run; a resumed run starts from its stored configuration, the request's
+/// overrides apply on top, and train() then refuses changes other than the length and
+/// reporting of the run), and, in a data-parallel job, agree across ranks: when any rank
+/// fails, every rank throws. Creates nothing: an `out_dir` that does not exist yet is
+/// created by train().
+/// @throws std::invalid_argument "`allow_data_change` applies to `resume` only"; as
+///         open_training_folder and resolve_run.
+TrainingRun prepare_training(const TrainingRequest& request);
+
+/// A run trained to its end: its configuration and train()'s figures.
+struct FinishedRun {
+  RunConfig config;
+  TrainResult result;
+};
+
+/// prepare_training, then train(): a run started from a request, as every front end
+/// starts one.
+/// @throws std::invalid_argument "`out_dir`: a training run needs its run folder" when
+///         `out_dir` is empty; as prepare_training and train() (Interrupted after SIGINT or
+///         SIGTERM).
+FinishedRun run_training(const TrainingRequest& request);
 
 /// The model of a run folder or checkpoint file, with its configuration and tokenizer.
 struct LoadedRun {
@@ -131,9 +165,9 @@ struct EvalSet {
 /// Applies the request to `config` (data.dir, and for language models data.source and
 /// data.eval_split, which the caller reports) and loads what it names: a language model's
 /// corpus encoded with `tokenizer`, or a classifier's task split.
-/// @throws std::invalid_argument "--data: '<run>' is a classifier on task '<task>', which
-///         brings its own data; give --split instead" when a classifier is given `data`.
-/// @throws std::runtime_error "--split: a task has the splits train, valid and test, got
+/// @throws std::invalid_argument "`data`: '<run>' is a classifier on task '<task>', which
+///         brings its own data; give `split` instead" when a classifier is given `data`.
+/// @throws std::runtime_error "`split`: a task has the splits train, valid and test, got
 ///         '<split>'", or as data::ByteCorpus::load, data::TokenCorpus::build and
 ///         data::load_task for missing or unusable data.
 EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,

@@ -54,18 +54,19 @@ namespace seqmix::train {
 /// One model of a comparison: a name (its run folder) and the overrides that make it.
 struct CompareModel {
   std::string name;                    ///< [A-Za-z0-9._-]+, unique
-  std::vector<std::string> overrides;  ///< "section.key=value", applied after the shared ones
+  std::vector<Override> overrides;  ///< applied after the shared ones
 };
 
 /// Parses "NAME=PRESET [section.key=value ...]" (whitespace-separated), e.g.
 /// "extractor-no-adjust=extractor-transformer model.extractor.adjust=false".
-/// @throws std::invalid_argument naming the spec if it does not have that form.
+/// @throws std::invalid_argument naming the spec if it does not have that form, or an override
+///         in it names an unknown key or gives a value of another type.
 CompareModel parse_compare_model(const std::string& spec);
 
 struct CompareOptions {
   std::string out_dir;                        ///< created if missing
   std::string config_path;                    ///< shared TOML config (may be empty)
-  std::vector<std::string> shared_overrides;  ///< applied to every model first
+  std::vector<Override> shared_overrides;     ///< applied to every model first
   std::vector<CompareModel> models;           ///< at least one
   /// Batches per median/quartile bucket; 0: compare_bucket picks it from train.max_steps.
   int64_t bucket = 0;
@@ -158,7 +159,7 @@ std::vector<RunConfig> resolve_compare(const CompareOptions& options);
 /// checks that they all draw the same batches, then trains them one after the other. A model
 /// whose run folder already holds the finished run (same configuration) is not retrained; an
 /// unfinished one is resumed.
-/// Paths with control characters (--out, --config, data.source, data.dir, data.tokenizer) are
+/// Paths with control characters (out_dir, config_path, data.source, data.dir, data.tokenizer) are
 /// refused before anything is created. The runs and summary.jsonl are written before the
 /// picture is drawn, so they survive a plotting failure.
 /// @throws std::invalid_argument naming the flag whose path holds a control character.
