@@ -29,6 +29,7 @@
 
 #include "seqmix/models/model_config.h"
 #include "seqmix/nn/mixer.h"
+#include "seqmix/ops/common.h"
 
 namespace seqmix::models {
 
@@ -82,6 +83,22 @@ struct MixerSpec {
   /// @throws std::invalid_argument "model.<key>: ...".
   std::function<void(const ModelConfig& c)> validate;
 };
+
+/// The `impl` field of a section whose options O choose between an op's kernel and its
+/// reference through O::backend(): "kernel" | "reference" (ops::parse_backend). `doc` says
+/// what the two are for this mixer; `flag` is the command-line flag, if any.
+template <class O>
+util::Field<MixerOptions> backend_field(const char* doc, const char* flag = nullptr) {
+  return option_field<std::string, O>(
+      "impl", doc, [](const O& o) { return ops::to_string(o.backend()); },
+      [](O& o, const std::string& v) { o.backend(ops::parse_backend(v)); }, {}, flag);
+}
+
+/// The variant that builds a row on its op's reference (impl = "reference"), for rows with a
+/// backend_field.
+inline MixerSpec::Variant reference_variant() {
+  return {"reference", {{"impl", util::FieldValue(std::string("reference"))}}};
+}
 
 /// Every mixer, built-ins first, in registration order. Registering keeps references to
 /// existing rows valid; unregistering invalidates them. Register mixers before building

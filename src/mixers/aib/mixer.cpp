@@ -42,16 +42,14 @@ models::MixerSpec mixer() {
       models::option_field<bool, O>(
           "bias", "biases on A and V (moss)", [](const O& o) { return o.bias_av(); },
           [](O& o, bool v) { o.bias_av(v); }),
-      models::option_field<std::string, O>(
-          "impl", "kernel (fused CPU scan) | reference (literal ATen ops)",
-          [](const O& o) { return ops::to_string(o.backend()); },
-          [](O& o, const std::string& v) { o.backend(ops::parse_backend(v)); }, {}, "--aib-impl"),
+      models::backend_field<O>("kernel (fused CPU scan) | reference (literal ATen ops)",
+                               "--aib-impl"),
   };
   s.variants = {
       {"exp_bias",
        {{"weights", util::FieldValue(std::string("exp"))}, {"bias", util::FieldValue(true)}}},
       {"ps_attention", {{"weights", util::FieldValue(std::string("ones"))}}},
-      {"reference", {{"impl", util::FieldValue(std::string("reference"))}}},
+      models::reference_variant(),
   };
   s.build = [](const ModelConfig& c, int64_t) -> std::shared_ptr<nn::MixerImpl> {
     O o = options(c);

@@ -27,12 +27,9 @@ models::MixerSpec mixer() {
   // configurations do).
   s.defaults = models::MixerOptions(O(/*d_model=*/0, /*n_heads=*/0));
   s.fields = {
-      models::option_field<std::string, O>(
-          "impl", "kernel (fused, O(L) memory) | reference (ATen ops)",
-          [](const O& o) { return ops::to_string(o.backend()); },
-          [](O& o, const std::string& v) { o.backend(ops::parse_backend(v)); }),
+      models::backend_field<O>("kernel (fused, O(L) memory) | reference (ATen ops)"),
   };
-  s.variants = {{"reference", {{"impl", util::FieldValue(std::string("reference"))}}}};
+  s.variants = {models::reference_variant()};
   s.build = [](const ModelConfig& c, int64_t) -> std::shared_ptr<nn::MixerImpl> {
     O o = options(c);
     o.d_model(c.d_model)

@@ -104,7 +104,7 @@ models::MixerSpec mixer() {
       {"gate_no_shortcut",
        {{"gate", util::FieldValue(true)}, {"shortcut", util::FieldValue(std::string("none"))}}},
       {"normalize_real", {{"normalize", util::FieldValue(true)}, {"real", util::FieldValue(true)}}},
-      {"reference", {{"impl", util::FieldValue(std::string("reference"))}}},
+      models::reference_variant(),
   };
   s.build = [](const ModelConfig& c, int64_t) -> std::shared_ptr<nn::MixerImpl> {
     const O& o = options(c);

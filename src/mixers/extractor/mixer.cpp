@@ -32,15 +32,12 @@ models::MixerSpec mixer() {
       models::option_field<bool, O>(
           "out_proj", "the optional W_opt (eq. 20)", [](const O& o) { return o.out_proj(); },
           [](O& o, bool v) { o.out_proj(v); }),
-      models::option_field<std::string, O>(
-          "impl", "kernel (FFT convolution) | reference (per-lag sum)",
-          [](const O& o) { return ops::to_string(o.backend()); },
-          [](O& o, const std::string& v) { o.backend(ops::parse_backend(v)); }),
+      models::backend_field<O>("kernel (FFT convolution) | reference (per-lag sum)"),
   };
   s.variants = {
       {"no_adjust_no_opt",
        {{"adjust", util::FieldValue(false)}, {"out_proj", util::FieldValue(false)}}},
-      {"reference", {{"impl", util::FieldValue(std::string("reference"))}}},
+      models::reference_variant(),
   };
   s.build = [](const ModelConfig& c, int64_t) -> std::shared_ptr<nn::MixerImpl> {
     O o = options(c);

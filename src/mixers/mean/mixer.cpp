@@ -33,14 +33,11 @@ models::MixerSpec mixer() {
           [](const O& o) -> std::string {
             return o.window() >= 1 ? "" : "must be >= 1, got " + std::to_string(o.window());
           }),
-      models::option_field<std::string, O>(
-          "impl", "kernel (CPU loops) | reference (ATen unfold and sum)",
-          [](const O& o) { return ops::to_string(o.backend()); },
-          [](O& o, const std::string& v) { o.backend(ops::parse_backend(v)); }),
+      models::backend_field<O>("kernel (CPU loops) | reference (ATen unfold and sum)"),
   };
   s.variants = {
       {"window_1", {{"window", util::FieldValue(int64_t{1})}}},
-      {"reference", {{"impl", util::FieldValue(std::string("reference"))}}},
+      models::reference_variant(),
   };
   s.build = [](const ModelConfig& c, int64_t) -> std::shared_ptr<nn::MixerImpl> {
     O o = options(c);
