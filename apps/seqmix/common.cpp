@@ -271,9 +271,14 @@ std::string with_flags(std::string message) {
     message.replace(open, close - open + 1, flag);
     open += flag.size();
   }
-  // A configuration key: its first mention gets the flag, "train.lr (--lr)".
+  // A configuration key: its first mention gets the flag, "train.lr (--lr)"; not one inside
+  // a quoted text the user gave ("override 'train.lr=fast'", "'train.lr' must be").
   for (const auto& [key, flag] : train::key_flags()) {
-    const size_t at = find_word(message, key);
+    size_t at = find_word(message, key);
+    while (at != std::string::npos &&
+           ((at > 0 && message[at - 1] == '\'') ||
+            (at + key.size() < message.size() && message[at + key.size()] == '=')))
+      at = find_word(message, key, at + 1);
     if (at == std::string::npos) continue;
     const size_t end = at + key.size();
     if (message.compare(end, 3 + flag.size(), " (" + flag + ")") == 0) continue;

@@ -226,6 +226,10 @@ TEST(CliValues, BadValuesFailBeforeAnyRunFolderExists) {
       {"--set model.n_layers=1000000", "model.n_layers"},
       {"--set train.batch_size=1000000000", "train.batch_size (--batch-size)"},
       {"--set model.max_len=1000000000", "model.max_len (--max-len)"},
+      // The flag goes after the key, never into the text the user wrote.
+      {"--set train.lr=fast", "override 'train.lr=fast': 'train.lr' must be a number"},
+      {"--resume --allow-data-change", "run9' does not exist"},
+      {"--allow-data-change", "--allow-data-change applies to --resume only"},
   };
   int i = 0;
   for (const auto& c : cases) {
