@@ -20,7 +20,8 @@ import seqmix
 # The package tests' fixtures (corpus; _threads, one intra-op thread as the command lines
 # below use) and helpers.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
-from conftest import _threads, corpus, run_python  # noqa: E402,F401  (fixtures)
+from conftest import (_threads, corpus, run_python, train_losses,  # noqa: E402,F401
+                      train_overrides)  # (_threads and corpus are fixtures)
 
 SEQMIX_BIN = os.environ.get("SEQMIX_BIN", "seqmix")
 
@@ -188,25 +189,14 @@ print(d["config"]["model"]["preset"])
     assert last_json(a)["loss"] == last_json(b)["loss"]
 
 
-def _overrides(corpus):
-    return {"data.source": str(corpus), "max_len": 32, "train.batch_size": 8,
-            "train.max_steps": 12, "train.threads": 1, "train.seed": 3, "dropout": 0.0,
-            "train.log_interval": 1, "train.eval_interval": 0}
-
-
-def _train_losses(run):
-    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    return {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
-
-
 def test_train_matches_the_command_line(tmp_path, corpus):
-    r = seqmix.train(tmp_path / "py", "weird-net", "tiny", **_overrides(corpus))
+    r = seqmix.train(tmp_path / "py", "weird-net", "tiny", **train_overrides(corpus))
     assert r["steps"] == 12 and r["world_size"] == 1
     cli("train", "--model", "weird-net", "--size", "tiny", "--data", corpus, "--max-len", "32",
         "--batch-size", "8", "--max-steps", "12", "--threads", "1", "--seed", "3",
         "--set", "model.dropout=0", "--set", "train.log_interval=1",
         "--set", "train.eval_interval=0", "--out", tmp_path / "cli")
-    a, b = _train_losses(tmp_path / "py"), _train_losses(tmp_path / "cli")
+    a, b = train_losses(tmp_path / "py"), train_losses(tmp_path / "cli")
     assert a.keys() == b.keys() and len(a) == 12
     for step in a:
         assert abs(a[step] - b[step]) <= 1e-6 * abs(b[step]), (step, a[step], b[step])
@@ -214,7 +204,7 @@ def test_train_matches_the_command_line(tmp_path, corpus):
     assert abs(last_json(out)["loss"] - r["loss"]) <= 1e-5 * r["loss"]
     # The folder is a run now: a second call is refused, resume=True continues it.
     with pytest.raises(RuntimeError, match="overwrite=True"):
-        seqmix.train(tmp_path / "py", "weird-net", "tiny", **_overrides(corpus))
+        seqmix.train(tmp_path / "py", "weird-net", "tiny", **train_overrides(corpus))
     r2 = seqmix.train(tmp_path / "py", resume=True, **{"train.max_steps": 14})
     assert r2["steps"] == 14
 

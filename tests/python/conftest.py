@@ -2,6 +2,7 @@
 
 Environment (set by CTest): PYTHONPATH=<build>/python.
 """
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,19 @@ def trained_run(tmp_path_factory, corpus):
                  **{"data.source": str(corpus), "train.batch_size": 4, "train.max_steps": 6,
                     "train.threads": 1, "train.seed": 3})
     return out
+
+
+def train_overrides(corpus):
+    """A 12-step tiny run on `corpus`, logging every step and evaluating only at the end."""
+    return {"data.source": str(corpus), "max_len": 32, "train.batch_size": 8,
+            "train.max_steps": 12, "train.threads": 1, "train.seed": 3, "dropout": 0.0,
+            "train.log_interval": 1, "train.eval_interval": 0}
+
+
+def train_losses(run):
+    """{step: training loss} from a run folder's metrics.jsonl."""
+    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    return {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
 
 
 def run_python(code):

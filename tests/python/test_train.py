@@ -9,18 +9,7 @@ import sys
 import pytest
 
 import seqmix
-
-
-
-def _overrides(corpus):
-    return {"data.source": str(corpus), "max_len": 32, "train.batch_size": 8,
-            "train.max_steps": 12, "train.threads": 1, "train.seed": 3, "dropout": 0.0,
-            "train.log_interval": 1, "train.eval_interval": 0}
-
-
-def _train_losses(run):
-    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    return {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
+from conftest import train_losses, train_overrides
 
 
 def _free_port():
@@ -34,7 +23,7 @@ def test_two_python_workers_train_what_one_trains(tmp_path, corpus):
     port = _free_port()
     code = ("import seqmix, sys, json; "
             f"r = seqmix.train({str(tmp_path / 'dp')!r}, 'weird-net', 'tiny', "
-            f"**{_overrides(corpus)!r}); print(json.dumps(r))")
+            f"**{train_overrides(corpus)!r}); print(json.dumps(r))")
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
@@ -48,8 +37,8 @@ def test_two_python_workers_train_what_one_trains(tmp_path, corpus):
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["world_size"] == 2
     # The global batch of 8 split 4 + 4 trains the model one process trains on 8.
-    seqmix.train(tmp_path / "one", "weird-net", "tiny", **_overrides(corpus))
-    a, b = _train_losses(tmp_path / "one"), _train_losses(tmp_path / "dp")
+    seqmix.train(tmp_path / "one", "weird-net", "tiny", **train_overrides(corpus))
+    a, b = train_losses(tmp_path / "one"), train_losses(tmp_path / "dp")
     assert a.keys() == b.keys()
     for step in a:
         assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (step, a[step], b[step])
