@@ -24,7 +24,7 @@ import collections
 
 import torch
 
-from . import _C
+from ._ext import _C
 
 __all__ = ["aib_scan", "aib_num_levels", "aib_level_weights", "CESCoefficients",
            "ces_coefficients", "ces_scan", "attention", "extractor_conv"]

@@ -60,6 +60,12 @@ void bind_runs(py::module_& m) {
   py::class_<data::Tokenizer>(m, "Tokenizer", py::module_local())
       .def_static("bytes", &data::Tokenizer::bytes)
       .def_static("load", &data::Tokenizer::load, py::arg("path"))
+      .def_static(
+          "from_serialized",
+          [](const py::bytes& proto, const std::string& origin) {
+            return data::Tokenizer::from_serialized(std::string(proto), origin);
+          },
+          py::arg("proto"), py::arg("origin"))
       .def_property_readonly("vocab_size", &data::Tokenizer::vocab_size)
       .def_property_readonly("name", &data::Tokenizer::name)
       .def_property_readonly("is_bytes", &data::Tokenizer::is_bytes)
@@ -95,6 +101,14 @@ void bind_runs(py::module_& m) {
         return loaded(std::move(run));
       },
       py::arg("config_path"), py::arg("tokenizer"), py::arg("overrides"));
+  // A C++ model of a resolved configuration (its weights freshly drawn): what Model.save,
+  // Model.evaluate and the checks of seqmix.load copy a Python model's state dict into.
+  m.def(
+      "model_from_config",
+      [](const train::RunConfig& config) -> ModulePtr {
+        return models::SequenceModel(config.model).ptr();
+      },
+      py::arg("config"));
   // `seqmix train` in this process: the same run layer (a data-parallel worker when torchrun's
   // variables are set). SIGINT / SIGTERM checkpoint and stop while it runs, as on the command
   // line; Python's own handlers are put back afterwards.
