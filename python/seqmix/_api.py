@@ -247,7 +247,7 @@ class Model(_nn.SequenceModel):
                 token ids (a list of int or a 1-D int tensor).
             max_new_tokens: tokens to generate (>= 0).
             temperature: 0 = greedy; top_k: keep the k most likely (0 = all); top_p: nucleus
-                sampling threshold in (0, 1]; seed: the sampler's seed (0 .. 2^64 - 1).
+                sampling threshold in (0, 1]; seed: the sampler's seed (0 .. 2^63 - 1).
             precision: "fp32" or "bf16" (default: the run's train.precision).
 
         Returns:
@@ -255,19 +255,20 @@ class Model(_nn.SequenceModel):
             U+FFFD), else the list of new token ids.
 
         Raises:
-            ValueError naming the argument; RuntimeError for an encoder or classifier.
+            ValueError naming the argument, or for an encoder or classifier.
         """
         _int("max_new_tokens", max_new_tokens, 0, _C.MAX_NEW_TOKENS)
-        _int("seed", seed, 0, 2 ** 64 - 1)
+        _int("seed", seed, 0, 2 ** 63 - 1)  # as the CLI's --seed (a 64-bit integer)
         _int("top_k", top_k)
         _float("temperature", temperature, 0.0, 1.7976931348623157e308)  # finite
         _float("top_p", top_p, 0.0, 1.0, low_open=True)
         autocast = _autocast(self.precision if precision is None else precision)
         model = self.config["model"]
         if not model["causal"]:
-            raise RuntimeError("generate: the model is an encoder (model.causal = false)")
+            raise ValueError("generate: the model is an encoder (model.causal = false); "
+                             "it cannot decode step by step")
         if model.get("n_classes", 0) > 0:
-            raise RuntimeError(f"generate: the model is a classifier (model.n_classes = "
+            raise ValueError(f"generate: the model is a classifier (model.n_classes = "
                                f"{model['n_classes']}); generation needs a language model")
         text = isinstance(prompt, str)
         if text:

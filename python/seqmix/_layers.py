@@ -218,6 +218,8 @@ class AIBAttention(Mixer):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.max_len = _positive("max_len", max_len)
+        if max_len > 2 ** 62:
+            raise ValueError(f"max_len: at most 2^62 (62 distance levels), got {max_len}")
         self.causal = _flag("causal", causal)
         if not causal and d_model % 2:
             raise ValueError(f"d_model: the bidirectional form needs it even, got {d_model}")
@@ -975,7 +977,7 @@ class SequenceModel(nn.Module):
             raise ValueError(f"tokens: sequence length {tokens.shape[1]} exceeds max_len "
                              f"{self.max_len} (model.max_len)")
         # A value check reads the data: skipped while torch.compile / export traces.
-        if tokens.numel() and not torch.compiler.is_compiling():
+        if tokens.numel() and not torch.compiler.is_compiling() and not torch.jit.is_tracing():
             lo, hi = int(tokens.min()), int(tokens.max())
             if lo < 0 or hi >= self.vocab_size:
                 raise IndexError(f"tokens: ids must be in [0, {self.vocab_size}) "

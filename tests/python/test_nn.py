@@ -153,7 +153,7 @@ def test_drop_into_a_pytorch_model():
     (lambda: snn.AIBAttention(0, 16), ValueError, "d_model"),
     (lambda: snn.AIBAttention(16, 16, weights="cube"), ValueError, "weights"),
     (lambda: snn.AIBAttention(16, 16, causal="yes"), TypeError, "causal"),
-    (lambda: snn.SelfAttention(30, 4), RuntimeError, "n_heads"),
+    (lambda: snn.SelfAttention(30, 4), ValueError, "n_heads"),
     (lambda: snn.CES(8, shortcut="tanh"), ValueError, "shortcut"),
     (lambda: snn.Block(torch.nn.Linear(4, 4)), TypeError, "mixer"),
 ])
@@ -165,36 +165,12 @@ def test_bad_construction_raises(make, error, words):
 
 def test_bad_forward_raises():
     m = snn.AIBAttention(8, 16)
-    with pytest.raises(RuntimeError, match="length 17 exceeds max_len 16"):
+    with pytest.raises(ValueError, match="length 17 exceeds max_len 16"):
         m(torch.randn(1, 17, 8))
-    with pytest.raises(RuntimeError, match=r"x must be \[B, L, 8\], got \[1, 4, 9\]"):
+    with pytest.raises(ValueError, match=r"x must be \[B, L, 8\], got \[1, 4, 9\]"):
         m(torch.randn(1, 4, 9))
-    with pytest.raises(TypeError, match="deep-"):
-        import copy
-        copy.deepcopy(m)
-
-
-def test_cpp_owned_names_cannot_be_replaced():
-    m = snn.AIBAttention(8, 16)
-    with pytest.raises(AttributeError, match="copy into it"):
-        m.w = torch.nn.Parameter(torch.zeros(4, 8))
-    with pytest.raises(AttributeError, match="w_o"):
-        m.w_o = torch.nn.Linear(8, 8)
-    with torch.no_grad():
-        m.w_o.weight.zero_()
-        m.w_o.bias.fill_(0.5)
-    # Copying into the tensor reaches the C++ forward.
-    torch.testing.assert_close(m(torch.randn(2, 3, 8)), torch.full((2, 3, 8), 0.5))
-    m.note = "plain attributes are fine"
-    assert m.note.startswith("plain")
-
-
-def test_train_eval_reach_the_cpp_modules():
-    block = snn.Block(snn.AIBAttention(8, 16), dropout=0.1)
-    block.eval()
-    assert not block._cpp.training and not block.mixer._cpp.training
-    block.train()
-    assert block._cpp.training and block.mixer._cpp.training and block.ffn._cpp.training
+    with pytest.raises(TypeError, match="x must be a tensor"):
+        m([[1.0] * 8])
 
 
 def test_batch_norm_buffers_follow_dtype_and_state_dict():
@@ -210,7 +186,7 @@ def test_batch_norm_buffers_follow_dtype_and_state_dict():
     torch.testing.assert_close(dict(other.named_buffers())["bn_1.running_mean"],
                                buffers["bn_1.running_mean"])
     block.double()
-    assert buffers["bn_1.running_mean"].dtype == torch.float64
+    assert dict(block.named_buffers())["bn_1.running_mean"].dtype == torch.float64
     block.eval()
     assert block(torch.randn(2, 5, 8, dtype=torch.float64)).dtype == torch.float64
 

@@ -64,10 +64,17 @@ at::Tensor extractor_conv_kernel(const at::Tensor& x, const at::Tensor& w) {
   // Linear (not circular) convolution needs n >= 2t - 1; a power of two keeps the FFT fast.
   int64_t n = 1;
   while (n < 2 * t - 1) n <<= 1;
-  const at::Tensor xf = torch::fft::rfft(x, n, 1);                  // [B, F, D]
-  const at::Tensor wf = torch::fft::rfft(w.narrow(0, 0, t), n, 0);  // [F, D, D]
-  const at::Tensor yf = at::matmul(xf.transpose(0, 1), wf);          // [F, B, D]
-  return torch::fft::irfft(yf.transpose(0, 1), n, 1).narrow(1, 0, t);
+  // Every transform runs over the last, contiguous dimension: for an inner dimension the
+  // CPU FFT's output strides differ from its fake (meta) kernel's, which torch.compile's
+  // generated code asserts on.
+  const at::Tensor xf = torch::fft::rfft(x.transpose(1, 2).contiguous(), n, -1);  // [B, D, F]
+  const at::Tensor wf =
+      torch::fft::rfft(w.narrow(0, 0, t).permute({1, 2, 0}).contiguous(), n, -1);  // [D, D, F]
+  const at::Tensor yf = at::matmul(xf.permute({2, 0, 1}), wf.permute({2, 0, 1}));  // [F, B, D]
+  return torch::fft::irfft(yf.permute({1, 2, 0}).contiguous(), n, -1)
+      .narrow(-1, 0, t)
+      .transpose(1, 2)
+      .contiguous();
 }
 
 at::Tensor extractor_conv(const at::Tensor& x, const at::Tensor& w, Backend backend) {
