@@ -1,0 +1,128 @@
+"""The Hugging Face layout: save_pretrained / from_pretrained, seqmix.reference without the
+extension, and transformers' Auto classes generating seqmix's text."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import seqmix
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    m = seqmix.build("weird-net", "tiny", seed=21).eval()
+    path = tmp_path_factory.mktemp("hf") / "wn"
+    m.save_pretrained(path)
+    return m, path
+
+
+def test_layout_and_round_trip(saved):
+    m, path = saved
+    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["model_type"] == "seqmix" and cfg["architectures"] == ["SeqmixForCausalLM"]
+    assert cfg["hidden_size"] == m.config["model"]["d_model"]
+    assert cfg["seqmix"]["config"] == m.config
+    back = seqmix.from_pretrained(path)
+    x = torch.randint(0, 256, (2, 30))
+    torch.testing.assert_close(back(x), m(x), rtol=0, atol=0)
+    assert back.config == m.config and not back.training
+
+
+def test_save_pretrained_never_clobbers(saved, tmp_path):
+    m, path = saved
+    with pytest.raises(ValueError, match="overwrite=True"):
+        m.save_pretrained(path)
+    m.save_pretrained(path, overwrite=True)
+    run = tmp_path / "run"
+    m.save(run)
+    with pytest.raises(ValueError, match="training run"):
+        m.save_pretrained(run, overwrite=True)
+    assert (run / "checkpoint.pt").exists()
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="not a folder"):
+        m.save_pretrained(f)
+
+
+def test_bad_folders_are_clear_errors(saved, tmp_path):
+    m, path = saved
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        seqmix.from_pretrained(tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["seqmix"]["config"]["model"]["d_model"] = 48
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="shape"):
+        seqmix.from_pretrained(bad)
+    cfg["seqmix"]["config"]["model"]["d_model"] = -1
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="model.d_model"):
+        seqmix.from_pretrained(bad)
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a JSON file"):
+        seqmix.from_pretrained(bad)
+    (bad / "config.json").write_text((path / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
+    with pytest.raises(ValueError, match="safetensors"):
+        seqmix.from_pretrained(bad)
+
+
+def test_reference_runs_without_the_extension(saved):
+    # A fresh interpreter where seqmix._C cannot be imported: seqmix.reference still loads
+    # the folder and gives the extension's logits.
+    m, path = saved
+    x = torch.randint(0, 256, (1, 25), generator=torch.Generator().manual_seed(3))
+    expected = m(x)
+    code = f"""
+import sys, importlib.abc, torch
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "seqmix._C":
+            raise ImportError("no extension here")
+sys.meta_path.insert(0, Block())
+import seqmix.reference as ref
+m = ref.from_pretrained({str(path)!r})
+x = torch.randint(0, 256, (1, 25), generator=torch.Generator().manual_seed(3))
+torch.save(m(x), sys.argv[1])
+assert "seqmix._C" not in sys.modules
+try:
+    import seqmix.nn
+except ImportError as e:
+    assert "seqmix.reference runs without it" in str(e), e
+else:
+    raise SystemExit("seqmix.nn imported without its extension")
+"""
+    out = path.parent / "ref_logits.pt"
+    subprocess.run([sys.executable, "-c", code, str(out)], check=True)
+    torch.testing.assert_close(torch.load(out), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_transformers_auto_classes_generate_seqmix_s_text(saved):
+    pytest.importorskip("transformers")
+    import seqmix.hf  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoConfig, AutoModelForCausalLM
+    m, path = saved
+    assert AutoConfig.from_pretrained(path).model_type == "seqmix"
+    hm = AutoModelForCausalLM.from_pretrained(path)
+    x = torch.randint(0, 256, (2, 20))
+    torch.testing.assert_close(hm(x).logits, m(x), rtol=0, atol=0)
+    prompt = "My fellow "
+    ids = torch.tensor([list(prompt.encode())])
+    greedy = hm.generate(ids, max_new_tokens=40, do_sample=False)
+    assert greedy[0, len(prompt):].tolist() == m.generate(list(prompt.encode()), 40,
+                                                           temperature=0.0)
+    torch.manual_seed(5)
+    sampled = hm.generate(ids, max_new_tokens=40, do_sample=True, top_k=0, temperature=0.8)
+    assert sampled[0, len(prompt):].tolist() == m.generate(list(prompt.encode()), 40,
+                                                            temperature=0.8, seed=5)
+    labels = torch.randint(0, 256, (2, 20))
+    loss = hm(x, labels=labels).loss
+    expected = torch.nn.functional.cross_entropy(m(x)[:, :-1].reshape(-1, 256),
+                                                 labels[:, 1:].reshape(-1))
+    torch.testing.assert_close(loss, expected)
