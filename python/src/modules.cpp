@@ -1,8 +1,7 @@
 // seqmix._C: the layers (include/seqmix/nn/*.h) and whole models (models/sequence_model.h)
-// as handles on the C++ modules. python/seqmix/_module.py wraps a handle in a
-// torch.nn.Module whose parameters and buffers ARE the C++ module's tensors (the same
-// TensorImpl), so Python optimisers, state_dict() and autograd act on what the C++ forward
-// reads: one model implementation, in C++, with no copy of it in Python.
+// as handles on the C++ modules, with their forward calls: the C++ side of the tests that
+// check seqmix.nn's layers (Python modules of their own) against them -- names,
+// initialisation, outputs -- and of the models' C++ twins (python/seqmix/_api.py).
 #include <sstream>
 
 #include "bindings.h"
