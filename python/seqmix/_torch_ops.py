@@ -148,10 +148,12 @@ def extractor_conv(x, w, impl=None):
         raise ValueError(f"extractor_conv: {w.shape[0]} lag matrices cover sequences up to "
                          f"{w.shape[0]}, got t = {t}")
     n = 2 * t
-    xf = torch.fft.rfft(x, n, 1)                # [B, n/2+1, D]
-    wf = torch.fft.rfft(w[:t], n, 0)            # [n/2+1, D, D]
-    y = torch.einsum("bfd,fde->bfe", xf, wf)
-    return torch.fft.irfft(y, n, 1)[:, :t].contiguous()
+    # Transforms over the last, contiguous dimension (torch.compile's inductor asserts the
+    # CPU FFT's output strides, which differ from its fake kernel's for an inner one).
+    xf = torch.fft.rfft(x.transpose(1, 2).contiguous(), n, -1)              # [B, D, F]
+    wf = torch.fft.rfft(w[:t].permute(1, 2, 0).contiguous(), n, -1)        # [D, E, F]
+    y = torch.einsum("bdf,def->bef", xf, wf)                                # [B, E, F]
+    return torch.fft.irfft(y, n, -1)[..., :t].transpose(1, 2).contiguous()
 
 
 def causal_mean(x, window, mask=None, impl=None):

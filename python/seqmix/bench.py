@@ -39,6 +39,17 @@ Cases (default shapes B = 4, D = 512, L = 1024 .. 16384):
     backward run) in the same process: overhead% = (python_ms - cpp_ms) / cpp_ms * 100.
     Two rounds (C++, then Python, twice) per L; each side keeps the lower of its medians.
 
+``modules``
+    Whole layers and models, seqmix (``seqmix.nn``: the layers' own Python modules on the
+    extension's ops) against ``seqmix.reference`` (the same modules and weights on the
+    papers' algorithms in plain PyTorch) eager and under ``torch.compile`` (inductor, the
+    default backend): the layers AIBAttention, SelfAttention (SDPA), ESMLP at D =
+    ``--d-model`` (the Extractor at D = 128) and the models weird-net, weird-net-a,
+    transformer and etsmlp-lm at D = 256, 4 layers, byte
+    vocabulary, scored by the mean next-token cross-entropy; L = ``--module-lengths``
+    (1024, 4096). The three sides run alternately, one fwd+bwd each per round, after a
+    warm-up (which includes compilation); medians of ``--reps`` rounds.
+
 Units: ms of wall time (median); MiB = 2^20 bytes. Peak memory is the peak of the tensor
 bytes live during the warm-up forward + backward above what was live before it (inputs and
 parameters excluded, outputs and gradients included): every allocation and free of
@@ -73,7 +84,13 @@ import torch
 import torch.nn as nn
 
 DEFAULT_LENGTHS = [1024, 2048, 4096, 8192, 16384]
-CASES = ["aib_op", "aib_layer", "ces_op", "attention", "overhead"]
+CASES = ["aib_op", "aib_layer", "ces_op", "attention", "overhead", "modules"]
+MODULE_LENGTHS = [1024, 4096]
+# Whole layers at D = --d-model and whole models at this width (4 layers, byte vocabulary);
+# the Extractor's [L, D, D] lag matrices at L = 4096 need a narrower layer (D = 128: 256 MiB).
+MODEL_D = 256
+MODEL_LAYERS = 4
+EXTRACTOR_D = 128
 HEAD_WIDTH = 64
 MAX_LAMBDA = 0.9999
 MEMORY_FRACTION = 0.6
@@ -426,7 +443,7 @@ def header(args, rep: Reporter) -> None:
 
 def run_pairs(args, rep: Reporter) -> List[Dict]:
     rows = []
-    cases = [c for c in args.cases if c != "overhead"]
+    cases = [c for c in args.cases if c not in ("overhead", "modules")]
     if not cases:
         return rows
     rep.text("{:<10} {:>6} {:>11} {:>11} {:>9} {:>11} {:>10}".format(
@@ -542,6 +559,111 @@ def run_overhead(args, rep: Reporter) -> List[Dict]:
         if "bound_pct" in r:
             rep.text("  aib_scan_kernel L={:<6} bound {:.3f}% of {} ms".format(
                 r["L"], r["bound_pct"], fmt_ms(r["cpp_ms"])))
+    rep.text()
+    return rows
+
+
+
+# --------------------------------------------------------------------------------------
+# modules: whole layers and models, seqmix vs seqmix.reference (eager and compiled).
+
+# extractor-transformer is left out of the models: at D = 256 its lag matrices are 1 GiB
+# per layer at L = 4096 (with gradients and their FFTs, more than this machine's memory).
+MODULE_KINDS = ["AIBAttention", "SelfAttention", "ESMLP", "Extractor", "weird-net",
+                "weird-net-a", "transformer", "etsmlp-lm"]
+
+
+def module_pair(kind: str, B: int, L: int, D: int, seed: int):
+    """(seqmix module, reference module with the same weights, input, loss of the output)."""
+    import seqmix
+    import seqmix.nn
+    import seqmix.reference
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    if kind in ("AIBAttention", "SelfAttention", "ESMLP", "Extractor"):
+        width = EXTRACTOR_D if kind == "Extractor" else D
+        args = {"AIBAttention": (width, L), "SelfAttention": (width, max(1, width // HEAD_WIDTH)),
+                "ESMLP": (width, 2 * width), "Extractor": (width, L)}[kind]
+        fast = getattr(seqmix.nn, kind)(*args)
+        ref = getattr(seqmix.reference, kind)(*args)
+        x = torch.randn(B, L, width, generator=gen)
+
+        def loss(y):
+            return y.square().mean()
+    else:
+        fast = seqmix.build(kind, "tiny", d_model=MODEL_D, n_layers=MODEL_LAYERS,
+                            n_heads=MODEL_D // HEAD_WIDTH, d_ff=4 * MODEL_D, max_len=L,
+                            seed=seed)
+        ref = seqmix.reference.SequenceModel(fast.config["model"])
+        x = torch.randint(0, 256, (B, L), generator=gen)
+
+        def loss(y):
+            return nn.functional.cross_entropy(y[:, :-1].reshape(-1, y.shape[-1]),
+                                               x[:, 1:].reshape(-1))
+    ref.load_state_dict(fast.state_dict())
+    return fast, ref, x, loss
+
+
+def run_modules(args, rep: Reporter) -> List[Dict]:
+    rows = []
+    if "modules" not in args.cases:
+        return rows
+    B, D = args.batch, args.d_model
+    rep.text("Layers (D={}, the Extractor D={}) and models (D={}, {} layers), fwd+bwd, "
+             "ms:".format(D, EXTRACTOR_D, MODEL_D, MODEL_LAYERS))
+    rep.text("{:<22} {:>6} {:>9} {:>10} {:>10} {:>8} {:>9}".format(
+        "module", "L", "seqmix", "reference", "compiled", "vs ref", "vs comp."))
+    for kind in MODULE_KINDS:
+        for L in args.module_lengths:
+            rep.progress("  modules {} L={} ...".format(kind, L))
+            fast, ref, x, loss = module_pair(kind, B, L, D, args.seed)
+            compiled = torch.compile(ref)
+            sides = {"seqmix": fast, "reference": ref, "compiled": compiled}
+            params = {name: list(m.parameters()) for name, m in
+                      (("seqmix", fast), ("reference", ref), ("compiled", ref))}
+
+            def run(name):
+                for p in params[name]:
+                    p.grad = None
+                loss(sides[name](x)).backward()
+
+            times: Dict[str, List[float]] = {name: [] for name in sides}
+            row = {"kind": "module", "module": kind, "L": L, "B": B}
+            for name in sides:  # warm-up (and compilation)
+                t0 = time.perf_counter()
+                try:
+                    run(name)
+                except Exception as e:  # a side that cannot run is reported, not fatal
+                    row[name + "_error"] = "{}: {}".format(type(e).__name__, e)[:200]
+                row[name + "_warmup_s"] = time.perf_counter() - t0
+            live = [n for n in sides if n + "_error" not in row]
+            for _ in range(args.reps):
+                for name in live:
+                    t0 = time.perf_counter()
+                    run(name)
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+            for name in live:
+                row[name + "_ms"] = statistics.median(times[name])
+            if "seqmix_ms" in row:
+                for name in ("reference", "compiled"):
+                    if name + "_ms" in row:
+                        row["speedup_vs_" + name] = row[name + "_ms"] / row["seqmix_ms"]
+            rows.append(row)
+            rep.emit(row)
+            rep.text("{:<22} {:>6} {:>9} {:>10} {:>10} {:>8} {:>9}".format(
+                kind, L, fmt_ms(row.get("seqmix_ms")), fmt_ms(row.get("reference_ms")),
+                fmt_ms(row.get("compiled_ms")),
+                "{:.1f}x".format(row["speedup_vs_reference"])
+                if "speedup_vs_reference" in row else "-",
+                "{:.1f}x".format(row["speedup_vs_compiled"])
+                if "speedup_vs_compiled" in row else "-"))
+            for name in sides:
+                if name + "_error" in row:
+                    rep.text(wrap("{:<22} {} failed: {}".format("", name, row[name + "_error"])))
+            del fast, ref, compiled, sides, params
+            torch._dynamo.reset()
+            gc.collect()
     rep.text()
     return rows
 
@@ -787,7 +909,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                     "the C++ benchmark. See the module docstring for the references.",
         epilog="cases: aib_op (aib_scan vs Weird-Net Algorithm 1), aib_layer (AIBAttention vs "
                "the PyTorch layer), ces_op (ces_scan vs the ETSMLP authors' FFT), attention "
-               "(fused kernel vs matmul+softmax), overhead (Python vs C++ run_ops_bench). "
+               "(fused kernel vs matmul+softmax), overhead (Python vs C++ run_ops_bench), "
+               "modules (layers and models: seqmix vs seqmix.reference, eager and "
+               "compiled). "
                "Targets at L=4096: AIB op >= 50x, AIB layer >= 5x, CES >= 10x, overhead <= 2%.")
     p.add_argument("--lengths", "-L", type=positive_int, nargs="+", default=DEFAULT_LENGTHS,
                    metavar="L", help="sequence lengths (default: %(default)s)")
@@ -796,6 +920,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--d-model", "-D", type=positive_int, default=512,
                    help="channels D; attention uses D/64 heads of width 64 "
                         "(default: %(default)s)")
+    p.add_argument("--module-lengths", type=positive_int, nargs="+", default=MODULE_LENGTHS,
+                   metavar="L", help="sequence lengths of the modules case "
+                   "(default: %(default)s)")
     p.add_argument("--reps", type=positive_int, default=5,
                    help="timed runs per measurement, median reported (default: %(default)s)")
     p.add_argument("--cases", nargs="+", choices=CASES, default=CASES, metavar="CASE",
@@ -826,6 +953,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                     args.d_model, HEAD_WIDTH))
     args.cases = [c for c in CASES if c in args.cases]  # canonical order, no repeats
     args.lengths = list(dict.fromkeys(args.lengths))
+    args.module_lengths = list(dict.fromkeys(args.module_lengths))
     return args
 
 
@@ -838,6 +966,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     header(args, rep)
     pairs = run_pairs(args, rep)
     overhead = run_overhead(args, rep)
+    run_modules(args, rep)
     report_targets(args, pairs, overhead, rep)
     return 0
 
