@@ -1,5 +1,7 @@
 """seqmix's whole-model API (``seqmix.build``, ``load``, ``train``, ``from_pretrained``,
 ``Model``); ``import seqmix`` exposes it. Internal module: it needs the extension."""
+from __future__ import annotations
+
 import collections.abc
 import json
 import math
@@ -8,6 +10,8 @@ import tomllib
 import warnings
 
 import torch
+
+from typing import Any, Dict, List, Optional, Union
 
 from . import nn as _nn
 from ._ext import _C
@@ -235,8 +239,9 @@ class Model(_nn.SequenceModel):
         return self.config["train"].get("precision", "fp32")
 
     @torch.no_grad()
-    def generate(self, prompt, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0,
-                 seed=0, precision=None):
+    def generate(self, prompt: Union[str, List[int], torch.Tensor], max_new_tokens: int = 256,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                 precision: Optional[str] = None) -> Union[str, List[int]]:
         """Samples a continuation with incremental decoding: ``init_state`` and ``step``
         of every mixer, in eval mode; the sampler of ``seqmix generate`` (temperature, then
         top-k, then nucleus), drawing from ``torch.Generator().manual_seed(seed)``, so the
@@ -334,7 +339,9 @@ class Model(_nn.SequenceModel):
             self.train(was_training)
 
     @torch.no_grad()
-    def evaluate(self, data=None, *, split=None, batch_size=None, precision=None):
+    def evaluate(self, data: Optional[Union[str, os.PathLike]] = None, *,
+                 split: Optional[str] = None, batch_size: Optional[int] = None,
+                 precision: Optional[str] = None) -> Dict[str, Any]:
         """``seqmix eval`` on this model: the held-out split of the configuration's corpus
         (or ``data``, a corpus name or text file, ``split`` 'valid' or 'test'), scored with the
         training objective over non-overlapping windows of max_len, in ``precision`` ("fp32"
@@ -360,7 +367,8 @@ class Model(_nn.SequenceModel):
                                os.fspath(data) if data is not None else "", split or "",
                                batch_size)
 
-    def save(self, run_dir, *, step=0, overwrite=False):
+    def save(self, run_dir: Union[str, os.PathLike], *, step: int = 0,
+             overwrite: bool = False) -> None:
         """Writes a run folder (checkpoint.pt and config.toml) that the command line reads:
         ``seqmix eval RUN``, ``seqmix generate RUN``, and ``seqmix train --out RUN --resume
         --max-steps N`` (which continues from ``step`` with a fresh AdamW state: an optimiser's
@@ -378,7 +386,8 @@ class Model(_nn.SequenceModel):
         except (RuntimeError, ValueError) as e:
             raise type(e)(_python_words(str(e))) from None
 
-    def save_pretrained(self, save_directory, *, overwrite=False):
+    def save_pretrained(self, save_directory: Union[str, os.PathLike], *,
+                        overwrite: bool = False) -> None:
         """Writes the Hugging Face layout: ``config.json`` (model_type "seqmix", the
         resolved configuration under "seqmix"), ``model.safetensors`` (the state dict) and,
         for SentencePiece models, ``tokenizer.model``; read back by
@@ -393,8 +402,10 @@ class Model(_nn.SequenceModel):
                          version=_C.__version__, overwrite=overwrite)
 
 
-def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=None, seed=None,
-          **overrides):
+def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Optional[str] = None,
+          config: Optional[Union[str, os.PathLike]] = None,
+          tokenizer: Optional[Union[str, os.PathLike]] = None, seed: Optional[int] = None,
+          **overrides: Any) -> Model:
     """A new, randomly initialised model, configured as ``seqmix train`` would configure it:
     the preset, then ``size``, then a TOML file (``config``), then the tokenizer, then the
     overrides.
@@ -450,9 +461,12 @@ def build(preset="weird-net", size=None, *, task=None, config=None, tokenizer=No
     return Model(run_config, tok)
 
 
-def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None,
-          resume=False, overwrite=False, dist_timeout=60.0, allow_data_change=False,
-          **overrides):
+def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
+          size: Optional[str] = None, *, task: Optional[str] = None,
+          config: Optional[Union[str, os.PathLike]] = None,
+          tokenizer: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
+          overwrite: bool = False, dist_timeout: float = 60.0, allow_data_change: bool = False,
+          **overrides: Any) -> Dict[str, Any]:
     """Trains a run into the folder ``out`` in this process, exactly as ``seqmix train``
     (the library's trainer: AdamW, schedule, clipping, evaluations, atomic checkpoints,
     metrics.jsonl; train/trainer.h), and returns its final figures.
@@ -506,8 +520,10 @@ def train(out, preset=None, size=None, *, task=None, config=None, tokenizer=None
     return json.loads(out_json)
 
 
-def load(path, *, preset=None, size=None, task=None, config=None, tokenizer=None,
-         **overrides):
+def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
+         size: Optional[str] = None, task: Optional[str] = None,
+         config: Optional[Union[str, os.PathLike]] = None,
+         tokenizer: Optional[Union[str, os.PathLike]] = None, **overrides: Any) -> Model:
     """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file, or a
     bare state dict saved from Python (``torch.save(model.state_dict(), f)``, a dict or an
     OrderedDict); in eval mode, with the run's tokenizer.
@@ -581,7 +597,7 @@ def _from_cpp(cpp, run_config, tok):
     return model.eval()
 
 
-def from_pretrained(path):
+def from_pretrained(path: Union[str, os.PathLike]) -> Model:
     """A model from a Hugging Face-layout folder (config.json, model.safetensors,
     tokenizer.model for SentencePiece models) that ``Model.save_pretrained`` or ``seqmix
     export --format hf`` wrote; in eval mode. Its configuration is validated as a run's.
@@ -612,7 +628,8 @@ def from_pretrained(path):
     return model.eval()
 
 
-def export(run, file, *, overwrite=False):
+def export(run: Union[str, os.PathLike], file: Union[str, os.PathLike], *,
+           overwrite: bool = False) -> None:
     """``seqmix export RUN --out FILE``: the run's state dict (names as ``state_dict()``
     gives them) and resolved configuration (a dict) in a file that plain ``torch.load``
     opens without seqmix. Refuses an existing file unless ``overwrite``."""

@@ -19,7 +19,10 @@ Masks: every forward takes ``mask`` [B, L] bool, True = valid position (seqmix's
 convention), or ``key_padding_mask`` [B, L] bool, True = padding (``nn.MultiheadAttention``'s
 convention) -- never both. Padded positions contribute nothing to any output.
 """
+from __future__ import annotations
+
 import math
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +65,8 @@ def _number(name, value):
     return float(value)
 
 
-def valid_mask(x, mask, key_padding_mask):
+def valid_mask(x: torch.Tensor, mask: Optional[torch.Tensor],
+               key_padding_mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     """The padding mask as seqmix's ops take it: [B, L] bool, True = valid, or None.
 
     ``mask`` is seqmix's (True = valid), ``key_padding_mask`` PyTorch's (True = pad);
@@ -111,7 +115,7 @@ class DecodingState:
     mixer's caches in ``tensors`` (each layer documents its own). Made by ``init_state``,
     advanced by ``step``; it holds no parameters, only activations."""
 
-    def __init__(self, kind, batch, tensors):
+    def __init__(self, kind: str, batch: int, tensors: List[torch.Tensor]):
         self.kind = kind
         self.batch = batch
         self.tensors = tensors
@@ -132,14 +136,14 @@ def _out_std(d_model, n_layers):
     return math.sqrt(max(1.0 - 2.0 / d_model, 1e-3) / (2.0 * n_layers * d_model))
 
 
-def aib_num_levels(max_len):
+def aib_num_levels(max_len: int) -> int:
     """Number K of distance levels covering sequences up to ``max_len``:
     ceil(log2 max_len), at least 1."""
     _positive("max_len", max_len)
     return max(1, (max_len - 1).bit_length())
 
 
-def aib_level_weights(w, weights="prefix_exp"):
+def aib_level_weights(w: torch.Tensor, weights: str = "prefix_exp") -> torch.Tensor:
     """Per-level distance weights W [K, D] from w [K, D] (Weird-Net eq. 34): exp(cumsum(w))
     for 'prefix_exp', exp(w) for 'exp', ones for 'ones'; W_j multiplies distance 2**j."""
     _choice("weights", weights, _AIB_WEIGHTS)
@@ -150,7 +154,7 @@ def aib_level_weights(w, weights="prefix_exp"):
     return torch.ones_like(w)
 
 
-def aib_lag_weights(level_weights, n):
+def aib_lag_weights(level_weights: torch.Tensor, n: int) -> torch.Tensor:
     """The prior a_d = prod over the set bits k of d of W_k for d = 0 .. n-1: [n, D].
     Multiplied from the highest bit down, in the order of the C++ layer's step."""
     K = level_weights.shape[0]
@@ -173,7 +177,7 @@ class Mixer(nn.Module):
 
     _ops = None  # bound by seqmix.nn / seqmix.reference
 
-    def init_state(self, batch):
+    def init_state(self, batch: int) -> DecodingState:
         """An empty decoding state for ``batch`` sequences (``DecodingState``).
         Raises RuntimeError for a bidirectional (encoder) layer."""
         _positive("batch", batch)
@@ -213,8 +217,9 @@ class AIBAttention(Mixer):
         or x is not [B, L, D].
     """
 
-    def __init__(self, d_model, max_len, *, causal=True, weights="prefix_exp", bias_av=False,
-                 impl="kernel", n_layers=1, device=None, dtype=None):
+    def __init__(self, d_model: int, max_len: int, *, causal: bool = True,
+                 weights: str = "prefix_exp", bias_av: bool = False, impl: str = "kernel",
+                 n_layers: int = 1, device=None, dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.max_len = _positive("max_len", max_len)
@@ -250,7 +255,8 @@ class AIBAttention(Mixer):
         return (f"d_model={self.d_model}, max_len={self.max_len}, causal={self.causal}, "
                 f"weights={self.weights!r}, impl={self.impl!r}")
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("AIBAttention", x, self.d_model)
         if x.shape[1] > self.max_len:
             raise ValueError(f"AIBAttention: sequence length {x.shape[1]} exceeds max_len "
@@ -272,7 +278,7 @@ class AIBAttention(Mixer):
         m = torch.full((batch, 1, self.d_model), -math.inf, **f)
         return DecodingState("AIBAttention", batch, [empty, empty.clone(), lag, m])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """One token per sequence: x_t [B, D] -> y_t [B, D], row ``state.pos`` of forward
         on the whole prefix. O(t D) per step (every earlier token's distance weight
         changes with each new token, as a KV cache's scores do)."""
@@ -321,8 +327,9 @@ class SelfAttention(Mixer):
         impl: 'kernel' or 'reference'. n_layers: init only. device, dtype: of the parameters.
     """
 
-    def __init__(self, d_model, n_heads, *, causal=True, dropout=0.0, bias=True,
-                 impl="kernel", n_layers=1, device=None, dtype=None):
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = True,
+                 dropout: float = 0.0, bias: bool = True, impl: str = "kernel",
+                 n_layers: int = 1, device=None, dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.n_heads = _positive("n_heads", n_heads)
@@ -349,7 +356,8 @@ class SelfAttention(Mixer):
     def extra_repr(self):
         return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}"
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("SelfAttention", x, self.d_model)
         mask = valid_mask(x, mask, key_padding_mask)
         B, L, D = x.shape
@@ -373,7 +381,7 @@ class SelfAttention(Mixer):
         empty = torch.empty(batch, self.n_heads, 0, self.d_model // self.n_heads, **f)
         return DecodingState("SelfAttention", batch, [empty, empty.clone()])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """One token per sequence: x_t [B, D] -> y_t [B, D] (a KV cache)."""
         _check_step("SelfAttention", x_t, self.d_model, state, "SelfAttention")
         B, H, dh = x_t.shape[0], self.n_heads, self.d_model // self.n_heads
@@ -388,7 +396,9 @@ class SelfAttention(Mixer):
         return self.out(y.reshape(B, self.d_model))
 
 
-def ces_coefficients(log_lambda, log_alpha, log_beta, max_lambda=0.9999, normalize=False):
+def ces_coefficients(log_lambda: torch.Tensor, log_alpha: torch.Tensor,
+                     log_beta: torch.Tensor, max_lambda: float = 0.9999,
+                     normalize: bool = False):
     """Complex exponential smoothing coefficients: ETSMLP Sec. 3.1, eqs. 10-12 (the authors'
     class CETS), complex numbers as [..., 2] (real, imaginary)::
 
@@ -436,10 +446,12 @@ class CES(nn.Module):
 
     _ops = None
 
-    def __init__(self, channels, *, bidirectional=False, r_min=0.1, r_max=0.9,
-                 max_phase=2 * math.pi, dt_min=1e-3, dt_max=0.1, max_lambda=0.9999,
-                 shortcut="omega", normalize=False, impl="kernel", alpha=True, beta=True,
-                 real=False, device=None, dtype=None):
+    def __init__(self, channels: int, *, bidirectional: bool = False, r_min: float = 0.1,
+                 r_max: float = 0.9, max_phase: float = 2 * math.pi, dt_min: float = 1e-3,
+                 dt_max: float = 0.1, max_lambda: float = 0.9999, shortcut: str = "omega",
+                 normalize: bool = False, impl: str = "kernel", alpha: bool = True,
+                 beta: bool = True, real: bool = False, device=None,
+                 dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.channels = _positive("channels", channels)
         self.bidirectional = _flag("bidirectional", bidirectional)
@@ -515,7 +527,8 @@ class CES(nn.Module):
             return x * torch.sigmoid(self.omega)
         return None
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("CES", x, self.channels)
         mask = valid_mask(x, mask, key_padding_mask)
         _, mu, c = self.coefficients()
@@ -533,7 +546,7 @@ class CES(nn.Module):
                         device=self.log_lambda.device)
         return DecodingState("CES", batch, [s])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """s <- mu s + x_t, y_t = Re(c s) (+ the shortcut): x_t [B, channels] -> [B, channels]."""
         _check_step("CES", x_t, self.channels, state, "CES")
         _, mu, c = self.coefficients()
@@ -560,10 +573,12 @@ class ESMLP(Mixer):
         paper's bidirectional encoder. gate: ETSMLP-Gate. The rest: CES's options.
     """
 
-    def __init__(self, d_model, d_hidden, *, causal=True, gate=False, r_min=0.1, r_max=0.9,
-                 max_phase=2 * math.pi, dt_min=1e-3, dt_max=0.1, max_lambda=0.9999,
-                 shortcut="omega", normalize=False, impl="kernel", alpha=True, beta=True,
-                 real=False, device=None, dtype=None):
+    def __init__(self, d_model: int, d_hidden: int, *, causal: bool = True,
+                 gate: bool = False, r_min: float = 0.1, r_max: float = 0.9,
+                 max_phase: float = 2 * math.pi, dt_min: float = 1e-3, dt_max: float = 0.1,
+                 max_lambda: float = 0.9999, shortcut: str = "omega", normalize: bool = False,
+                 impl: str = "kernel", alpha: bool = True, beta: bool = True,
+                 real: bool = False, device=None, dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.d_hidden = _positive("d_hidden", d_hidden)
@@ -589,7 +604,8 @@ class ESMLP(Mixer):
                     nn.init.xavier_uniform_(lin.weight)
                     lin.bias.zero_()
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("ESMLP", x, self.d_model)
         mask = valid_mask(x, mask, key_padding_mask)
         h = self.in_proj(x)
@@ -601,7 +617,7 @@ class ESMLP(Mixer):
     def _init_state(self, batch):
         return DecodingState("ESMLP", batch, [self.ces.init_state(batch)])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """One token: x_t [B, D] -> [B, D] (CES's recurrence, O(H) per step)."""
         _check_step("ESMLP", x_t, self.d_model, state, "ESMLP")
         z = self.out_proj(torch.relu(self.ces.step(self.in_proj(x_t), state.tensors[0])))
@@ -628,8 +644,9 @@ class Extractor(Mixer):
 
     causal = True
 
-    def __init__(self, d_model, max_len, *, adjust=True, out_proj=True, impl="kernel",
-                 n_layers=1, device=None, dtype=None):
+    def __init__(self, d_model: int, max_len: int, *, adjust: bool = True,
+                 out_proj: bool = True, impl: str = "kernel", n_layers: int = 1, device=None,
+                 dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.max_len = _positive("max_len", max_len)
@@ -655,7 +672,8 @@ class Extractor(Mixer):
         y = self.w_adj(x) * ext if self.w_adj is not None else ext
         return self.w_opt(y) if self.w_opt is not None else y
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("Extractor", x, self.d_model)
         if x.shape[1] > self.max_len:
             raise ValueError(f"Extractor: sequence length {x.shape[1]} exceeds max_len "
@@ -673,7 +691,7 @@ class Extractor(Mixer):
                             device=self.w_ext.device)
         return DecodingState("Extractor", batch, [empty])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """One token: x_t [B, D] -> [B, D]; O(t D^2) per step (every lag is a product)."""
         _check_step("Extractor", x_t, self.d_model, state, "Extractor")
         if state.pos >= self.max_len:
@@ -696,8 +714,8 @@ class CausalMean(Mixer):
 
     causal = True
 
-    def __init__(self, d_model, window=4, *, impl="kernel", n_layers=1, device=None,
-                 dtype=None):
+    def __init__(self, d_model: int, window: int = 4, *, impl: str = "kernel",
+                 n_layers: int = 1, device=None, dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model = _positive("d_model", d_model)
         self.window = _positive("window", window)
@@ -711,7 +729,8 @@ class CausalMean(Mixer):
             nn.init.normal_(self.w_o.weight, 0.0, 1 / math.sqrt(2.0 * n_layers * d_model))
             self.w_o.bias.zero_()
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("CausalMean", x, self.d_model)
         mask = valid_mask(x, mask, key_padding_mask)
         y = self.w_o(self._ops.causal_mean(self.w_v(x), self.window, mask, self.impl))
@@ -722,7 +741,7 @@ class CausalMean(Mixer):
                             device=self.w_v.weight.device)
         return DecodingState("CausalMean", batch, [empty])
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         _check_step("CausalMean", x_t, self.d_model, state, "CausalMean")
         last = torch.cat([state.tensors[0], self.w_v(x_t).unsqueeze(1).to(
             state.tensors[0].dtype)], 1)[:, -self.window:]
@@ -740,8 +759,9 @@ class FeedForward(nn.Module):
     """The block's MLP: w_2(act(w_1 x)), act GELU (GPT-2), ReLU or Leaky-ReLU (slope 0.01,
     Moss). Init: W_1 ~ N(0, 1/D), W_2 ~ N(0, 1.7047^2 (1 - 2/D) / (2 N F)), biases 0."""
 
-    def __init__(self, d_model, d_ff, *, activation="gelu", dropout=0.0, bias=True,
-                 n_layers=1, device=None, dtype=None):
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "gelu",
+                 dropout: float = 0.0, bias: bool = True, n_layers: int = 1, device=None,
+                 dtype: Optional[torch.dtype] = None):
         super().__init__()
         self.d_model, self.d_ff = _positive("d_model", d_model), _positive("d_ff", d_ff)
         self.activation = _choice("activation", activation, _ACTIVATIONS)
@@ -792,9 +812,10 @@ class Block(nn.Module):
     step(x_t [B, D], state) with the mixer's ``init_state``.
     """
 
-    def __init__(self, mixer, *, d_ff=None, activation="gelu", ffn_bias=True, pre_norm=True,
-                 dropout=0.0, norm=True, with_ffn=True, norm_type="layer", n_layers=1,
-                 device=None, dtype=None):
+    def __init__(self, mixer: Mixer, *, d_ff: Optional[int] = None, activation: str = "gelu",
+                 ffn_bias: bool = True, pre_norm: bool = True, dropout: float = 0.0,
+                 norm: bool = True, with_ffn: bool = True, norm_type: str = "layer",
+                 n_layers: int = 1, device=None, dtype: Optional[torch.dtype] = None):
         super().__init__()
         if not isinstance(mixer, Mixer):
             raise TypeError("mixer: expected a seqmix mixer (AIBAttention, SelfAttention, "
@@ -830,7 +851,8 @@ class Block(nn.Module):
     def _drop(self, x):
         return F.dropout(x, self.dropout, True) if self.dropout > 0 and self.training else x
 
-    def forward(self, x, mask=None, *, key_padding_mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         mask = valid_mask(x, mask, key_padding_mask)
         n1 = lambda t: self._norm(self.norm_1, self.bn_1, t)  # noqa: E731
         n2 = lambda t: self._norm(self.norm_2, self.bn_2, t)  # noqa: E731
@@ -840,7 +862,7 @@ class Block(nn.Module):
         h = n1(x + self._drop(self.mixer(x, mask)))
         return h if self.ffn is None else n2(h + self._drop(self.ffn(h)))
 
-    def step(self, x_t, state):
+    def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """One token: x_t [B, D] -> [B, D], with a state from ``self.mixer.init_state``."""
         n1 = lambda t: self._norm(self.norm_1, self.bn_1, t)  # noqa: E731
         n2 = lambda t: self._norm(self.norm_2, self.bn_2, t)  # noqa: E731
@@ -915,7 +937,8 @@ class SequenceModel(nn.Module):
 
     _classes = None  # the layer classes of seqmix.nn or seqmix.reference
 
-    def __init__(self, model_config, *, device=None, dtype=None):
+    def __init__(self, model_config: dict, *, device=None,
+                 dtype: Optional[torch.dtype] = None):
         super().__init__()
         if not isinstance(model_config, dict):
             raise TypeError("model_config: expected the [model] section as a dict, got "
@@ -999,7 +1022,8 @@ class SequenceModel(nn.Module):
         """Next-token logits from hidden states: [..., D] -> [..., V]."""
         return torch.matmul(h, self.tok_emb.weight.t()) if self.head is None else self.head(h)
 
-    def forward(self, tokens, mask=None, *, key_padding_mask=None):
+    def forward(self, tokens: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
+                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Next-token logits: tokens [B, L] -> [B, L, V]."""
         return self.logits(self.hidden(tokens, mask, key_padding_mask=key_padding_mask))
 
@@ -1037,12 +1061,12 @@ class SequenceModel(nn.Module):
         u, v = self.pooled(tokens_a, mask_a), self.pooled(tokens_b, mask_b)
         return self.cls_head(torch.relu(self.cls_pair_proj(torch.cat([u, v, u * v, u - v], -1))))
 
-    def init_state(self, batch):
+    def init_state(self, batch: int) -> List[DecodingState]:
         """Decoding state: one ``DecodingState`` per block (a list). RuntimeError for an
         encoder or a mixer that does not decode step by step."""
         return [block.mixer.init_state(batch) for block in self.blocks]
 
-    def step(self, token, states):
+    def step(self, token: torch.Tensor, states: List[DecodingState]) -> torch.Tensor:
         """Consumes token [B] (int64) at position states[0].pos: logits [B, V]. Equal to
         forward's row at that position on the whole prefix."""
         if not isinstance(states, list) or len(states) != len(self.blocks):
