@@ -122,7 +122,8 @@ class DecodingState:
         self.pos = 0
 
     def __repr__(self):
-        shapes = ", ".join(str(list(t.shape)) for t in self.tensors)
+        shapes = ", ".join(repr(t) if isinstance(t, DecodingState) else str(list(t.shape))
+                           for t in self.tensors)
         return f"DecodingState({self.kind}, pos={self.pos}, tensors=[{shapes}])"
 
 
