@@ -63,7 +63,18 @@ def _op(name, impl):
     return getattr(torch.ops.seqmix, name if impl == "kernel" else name + "_reference").default
 
 
-def _mask(name, value):
+def _mask(name, value, padding=None, padding_name="key_padding_mask"):
+    """The op's mask (True = valid) from seqmix's ``name`` or PyTorch's ``padding`` (True =
+    padding); both at once is an error."""
+    if value is not None and padding is not None:
+        raise ValueError(f"{name} (True = valid) and {padding_name} (True = padding) are the "
+                         "same information in opposite conventions; pass one of them")
+    if padding is not None:
+        padding = _tensor(padding_name, padding)
+        if padding.dtype != torch.bool:
+            raise ValueError(f"{padding_name}: expected a bool tensor [B, L] (True = padding), "
+                             f"got dtype {padding.dtype}")
+        return padding.logical_not()
     value = _tensor(name, value, optional=True)
     if value is not None and value.dtype != torch.bool:
         raise ValueError(f"{name}: expected a bool tensor [B, L] (True = valid position), "
@@ -71,7 +82,8 @@ def _mask(name, value):
     return value
 
 
-def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", impl="kernel"):
+def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", impl="kernel",
+             key_padding_mask=None):
     """AIB attention (alias Weird attention) scan: Moss Sec. III, Weird-Net Sec. III.B,
     eqs. 29-38, Algorithms 1 (causal) and 2 (bidirectional).
 
@@ -91,6 +103,8 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
             ``weights='ones'``.
         mask: [B, L] bool, True = valid position, or None. Padded positions contribute
             nothing and output 0; a position with no valid input in its window outputs 0.
+        key_padding_mask: the same as PyTorch spells it, [B, L] bool with True = padding
+            (``nn.MultiheadAttention``'s convention); give ``mask`` or this, not both.
         direction: 'causal' or 'bidirectional' (D even).
         weights: 'prefix_exp' (W = exp(cumsum(w)), eq. 34), 'exp' (W = exp(w)) or 'ones'
             (PS attention).
@@ -110,7 +124,8 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
     _choice("weights", weights, _AIB_WEIGHTS)
     _tensor("w", w, optional=weights == "ones")
     op = _op("aib_scan", impl)
-    return op(a, v, w, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS), weights)
+    return op(a, v, w, _mask("mask", mask, key_padding_mask),
+              _choice("direction", direction, _DIRECTIONS), weights)
 
 
 def aib_num_levels(max_len):
@@ -159,7 +174,7 @@ def ces_coefficients(log_lambda, log_alpha, log_beta, *, max_lambda=0.9999, norm
                                                 float(max_lambda), normalize))
 
 
-def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
+def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel", key_padding_mask=None):
     """Complex exponential smoothing over the sequence: ETSMLP eq. 10 (causal),
     eq. 14 (bidirectional)::
 
@@ -172,6 +187,7 @@ def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
         coef: ``ces_coefficients(...)`` with C = H rows (causal) or 2 H (bidirectional: rows
             [0, H) forward, [H, 2H) backward).
         mask: [B, L] bool (True = valid) or None; padded inputs are zeroed, their outputs 0.
+        key_padding_mask: [B, L] bool, True = padding (PyTorch's convention), instead of mask.
         direction: 'causal' or 'bidirectional'.
         impl: 'kernel' (the complex recurrence, O(B H L), hand-written backward) or
             'reference' (the authors' FFT convolution with the Vandermonde kernel).
@@ -185,10 +201,12 @@ def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel"):
                         f"got {type(coef).__name__}")
     _, mu, c = (_tensor(f"coef.{n}", t) for n, t in zip(("q", "mu", "c"), coef))
     op = _op("ces_scan", impl)
-    return op(x, mu, c, _mask("mask", mask), _choice("direction", direction, _DIRECTIONS))
+    return op(x, mu, c, _mask("mask", mask, key_padding_mask),
+              _choice("direction", direction, _DIRECTIONS))
 
 
-def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
+def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel",
+              key_padding_mask=None):
     """Scaled dot-product softmax attention (Vaswani et al. 2017, eq. 1)::
 
         O_h = softmax(Q_h K_h^T / sqrt(d_head) + M) V_h
@@ -198,6 +216,8 @@ def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
     Args:
         q, k, v: [B, H, L, d_head], float32, float64 or bfloat16.
         key_mask: [B, L] bool (True = valid key) or None.
+        key_padding_mask: [B, L] bool, True = padded key (``nn.MultiheadAttention``'s and
+            ``scaled_dot_product_attention``'s convention), instead of key_mask.
         direction: 'causal' or 'bidirectional'.
         impl: 'kernel' (fused, flash-attention's scheme on the CPU: never stores the [L, L]
             scores; first-order gradients) or 'reference' (the literal formula in ATen ops).
@@ -208,7 +228,8 @@ def attention(q, k, v, key_mask=None, *, direction="causal", impl="kernel"):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t)
     op = _op("attention", impl)
-    return op(q, k, v, _mask("key_mask", key_mask), _choice("direction", direction, _DIRECTIONS))
+    return op(q, k, v, _mask("key_mask", key_mask, key_padding_mask),
+              _choice("direction", direction, _DIRECTIONS))
 
 
 def extractor_conv(x, w, *, impl="kernel"):

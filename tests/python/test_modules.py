@@ -285,3 +285,20 @@ def test_reference_models_give_the_same_logits(preset):
     torch.testing.assert_close(r(x, key_padding_mask=pad), m(x, key_padding_mask=pad),
                                rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(r(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_ops_take_either_mask_convention():
+    import seqmix.ops as O
+    torch.manual_seed(0)
+    a, v, w = torch.randn(2, 9, 4), torch.randn(2, 9, 4), torch.randn(4, 4)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[0, 6:] = True
+    torch.testing.assert_close(O.aib_scan(a, v, w, key_padding_mask=pad),
+                               O.aib_scan(a, v, w, ~pad), rtol=0, atol=0)
+    q = torch.randn(2, 3, 9, 8)
+    torch.testing.assert_close(O.attention(q, q, q, key_padding_mask=pad),
+                               O.attention(q, q, q, ~pad), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pass one of them"):
+        O.aib_scan(a, v, w, ~pad, key_padding_mask=pad)
+    with pytest.raises(ValueError, match="True = padding"):
+        O.attention(q, q, q, key_padding_mask=pad.long())
