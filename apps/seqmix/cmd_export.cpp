@@ -1,5 +1,6 @@
-// seqmix export / import: a run as a file plain PyTorch reads (torch.load), and a run folder
-// from such a file or from a bare state dict written by Python (train/serialization/export.h).
+// seqmix export / import: a run as a file plain PyTorch reads (torch.load) or as a Hugging
+// Face folder (model.safetensors, config.json), and a run folder from either or from a bare
+// state dict written by Python (train/serialization/export.h).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -15,7 +16,7 @@ namespace seqmix::cli {
 namespace {
 
 struct ExportFlags {
-  std::string run, out;
+  std::string run, out, format = "pt";
   bool overwrite = false;
 };
 
@@ -32,6 +33,18 @@ std::string megabytes(const std::string& path) {
 }
 
 int run_export(const ExportFlags& f) {
+  if (f.format == "hf") {
+    train::export_run_hf(f.run, f.out, f.overwrite);
+    const auto config = train::read_checkpoint_config(train::find_checkpoint(f.run));
+    const std::string weights = (std::filesystem::path(f.out) / "model.safetensors").string();
+    fmt::print("seqmix export: wrote folder '{}' (model.safetensors {}, config.json{}; {} "
+               "parameters, {} / {}): Python reads it with "
+               "safetensors.torch.load_file('{}'); seqmix import reads it back\n",
+               f.out, megabytes(weights),
+               config.data.tokenizer == "bytes" ? "" : ", tokenizer.model",
+               config.model.num_parameters(), config.model.preset, config.model.size, weights);
+    return 0;
+  }
   train::export_run(f.run, f.out, f.overwrite);
   const auto config = train::read_checkpoint_config(train::find_checkpoint(f.run));
   fmt::print("seqmix export: wrote '{}' ({} parameters, {}; {} / {}): Python reads it with "
@@ -62,21 +75,32 @@ int run_import(const ImportFlags& f) {
 Command add_export(CLI::App& app) {
   auto f = std::make_shared<ExportFlags>();
   auto* cmd = app.add_subcommand(
-      "export", "write a run as a file plain PyTorch opens: torch.load(FILE) gives a dict with "
-                "state_dict, config, tokenizer");
+      "export", "write a run as a file plain PyTorch opens (torch.load(FILE) gives a dict with "
+                "state_dict, config, tokenizer) or as a Hugging Face folder (--format hf)");
   cmd->add_option("run", f->run, "run folder or checkpoint file")->required();
-  cmd->add_option("--out", f->out, "the file to write (e.g. model.pt)")->required();
-  cmd->add_flag("--overwrite", f->overwrite, "replace --out if it exists");
+  cmd->add_option("--out", f->out,
+                  "the file to write (e.g. model.pt), or the folder with --format hf")
+      ->required();
+  cmd->add_option("--format", f->format,
+                  "pt (default): one torch.load file; hf: a folder of model.safetensors, "
+                  "config.json and, for a SentencePiece run, tokenizer.model")
+      ->check(CLI::IsMember({"pt", "hf"}));
+  cmd->add_flag("--overwrite", f->overwrite,
+                "replace --out if it exists (with --format hf: a folder holding an export)");
   return {cmd, [f](char**) { return run_export(*f); }};
 }
 
 Command add_import(CLI::App& app) {
   auto f = std::make_shared<ImportFlags>();
   auto* cmd = app.add_subcommand(
-      "import", "make a run folder from a seqmix export or a bare state dict written by "
+      "import", "make a run folder from a seqmix export, a Hugging Face folder "
+                "(config.json, model.safetensors) or a bare state dict written by "
                 "torch.save(dict(model.state_dict()), FILE); eval, generate and train --resume "
                 "then read it");
-  cmd->add_option("file", f->file, "seqmix export or bare state dict (.pt)")->required();
+  cmd->add_option("file", f->file,
+                  "seqmix export or bare state dict (.pt), or a folder written by "
+                  "`seqmix export --format hf`")
+      ->required();
   cmd->add_option("--out", f->out, "run folder to write")->required();
   cmd->add_flag("--overwrite", f->overwrite, "replace the run already in --out");
   // The configuration of a bare state dict, as train takes it; an export brings its own.

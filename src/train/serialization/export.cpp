@@ -281,6 +281,15 @@ void load_state_dict(models::SequenceModel& model,
 
 LoadedRun load_export(const std::string& file, const RunRequest* bare_config) {
   const std::string what = "export '" + file + "'";
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) {
+    if (bare_config)
+      throw std::invalid_argument(
+          what + " is a Hugging Face folder, which holds its own configuration (config.json); "
+                 "a configuration (model.preset, model.size, a config file, overrides, a "
+                 "tokenizer) applies only to a bare state dict");
+    return load_hf_export(file);
+  }
   detail::verify_plain_pickle(file, "export", "a seqmix export or state dict");
   c10::IValue root;
   {

@@ -22,6 +22,32 @@
 /// **Bare state dict**: a file Python writes with `torch.save(dict(model.state_dict()), f)`:
 /// a dict of tensors and nothing else, so its configuration must be given separately.
 ///
+/// **Hugging Face folder** (export_run_hf, `seqmix export --format hf`): a folder that
+/// Python's safetensors and transformers-style loaders read, and that Python's
+/// `model.save_pretrained(dir)` writes too:
+///   - `model.safetensors` (safetensors.h): every tensor of the state dict above, under the
+///     same names, each in its own dtype (F32 parameters, I64 for BatchNorm's
+///     num_batches_tracked), with "__metadata__" {"format": "pt"} (transformers refuses a
+///     file without it);
+///   - `config.json`:
+///
+///       {"model_type": "seqmix",
+///        "architectures": ["SeqmixForCausalLM"],   # "SeqmixForSequenceClassification" for a
+///                                                  # classifier (model.n_classes > 0)
+///        "vocab_size": 256, "hidden_size": 128,    # model.vocab_size, model.d_model,
+///        "num_hidden_layers": 4, "num_attention_heads": 4,   # model.n_layers, model.n_heads
+///        "max_position_embeddings": 256,           # model.max_len
+///        "tie_word_embeddings": false,             # seqmix ties inside its own model
+///        "seqmix": {"format": 1,                   # this layout (kHfExportFormat)
+///                   "version": "0.1.0",            # the seqmix that wrote it
+///                   "tokenizer": "bytes" | "sentencepiece",
+///                   "config": {"model": {...}, "data": {...}, "train": {...}}}}
+///
+///     where "config" is the export file's `config` as JSON (numbers written so that every
+///     double reads back as the same double);
+///   - `tokenizer.model`: the SentencePiece model (its serialized ModelProto), for a
+///     SentencePiece run only.
+///
 /// Every file is checked before LibTorch reads it (zip structure, CRC-32 of every entry,
 /// archive version, a pickle of plain dicts, lists and tensors only, every tensor inside its
 /// storage): a corrupt, truncated or crafted file is an error naming it, never a crash.
@@ -42,6 +68,8 @@ namespace seqmix::train {
 /// The "format" and "version" values of an export file.
 inline constexpr const char* kExportFormat = "seqmix.export";
 inline constexpr int64_t kExportVersion = 1;
+/// The "seqmix"."format" of a Hugging Face folder's config.json.
+inline constexpr int64_t kHfExportFormat = 1;
 
 /// Writes a run folder for `model` (built from `config.model`) as train() leaves one:
 /// checkpoint.pt (save_checkpoint: weights, `step`, the resolved configuration, the tokenizer,
@@ -84,6 +112,37 @@ void save_run(const std::string& out_dir, models::SequenceModel& model, const Ru
 void export_run(const std::string& run_or_checkpoint, const std::string& out_file,
                 bool overwrite);
 
+/// Writes the Hugging Face folder (see above) of `run_or_checkpoint` (read and verified as
+/// load_run does) at `out_dir`, whole or not at all: the files are written and synced in a
+/// new sibling folder `.<name>.export-XXXXXX`, which is then renamed to `out_dir` (a process
+/// killed before that leaves only this hidden sibling). An absent or empty `out_dir` is
+/// replaced; one that holds files only with `overwrite`, and only once the new folder is
+/// complete (an atomic exchange where the file system has one), and only if it holds an
+/// export: files only, among them config.json or model.safetensors.
+/// @throws std::runtime_error as load_run for the run; "export: folder '<out_dir>' exists
+///         and is not empty; give `overwrite` to replace it"; naming `out_dir` when it is a
+///         file, symbolic link, FIFO or device, a run's folder or inside one, a folder that
+///         holds no export or holds more than files (with `overwrite`), the folder of the
+///         checkpoint being exported, or names no folder ("." or "/"); naming the file that
+///         cannot be written (nothing is left of the new folder).
+void export_run_hf(const std::string& run_or_checkpoint, const std::string& out_dir,
+                   bool overwrite);
+
+/// Reads a Hugging Face folder `dir` (see above): its configuration and tokenizer from
+/// config.json and tokenizer.model, its tensors from model.safetensors, loaded as strictly
+/// as load_export loads an export (the same checks, messages naming
+/// "export '<dir>/model.safetensors'" and the tensor). Fields that transformers reads
+/// (vocab_size, hidden_size, ...; architectures) must agree with the configuration when
+/// present. The model is returned in eval mode.
+/// @throws std::runtime_error naming the folder or file: a run folder; config.json or
+///         model.safetensors missing or not a regular file; config.json not JSON, its
+///         model_type not "seqmix", no "seqmix" object, a seqmix.format above 1 ("written by
+///         a newer seqmix"), a configuration value JSON cannot map to TOML, an invalid
+///         configuration, a field that disagrees with it ("has hidden_size 64 but its
+///         model.d_model is 128"), a tokenizer that is missing or does not fit; as
+///         read_safetensors for a corrupt model.safetensors; as load_export for the tensors.
+LoadedRun load_hf_export(const std::string& dir);
+
 /// Copies `state` (name -> tensor) into `model` strictly, with the checks load_export makes
 /// (below); `what` starts every message ("'x.pt'"). Nothing is copied unless every tensor
 /// passes. The one loader of outside tensors: the CLI's import and seqmix.load of a bare
@@ -96,7 +155,8 @@ void load_state_dict(models::SequenceModel& model,
                      const std::string& what);
 
 /// Reads `file`: a seqmix export (configuration and tokenizer from the file; `bare_config`
-/// must be null) or a bare state dict (the configuration is resolve_run(*bare_config): preset,
+/// must be null), a Hugging Face folder (load_hf_export; `bare_config` must be null) or a
+/// bare state dict (the configuration is resolve_run(*bare_config): preset,
 /// config file, overrides and tokenizer as train takes them). Builds the model and loads the
 /// tensors strictly: every parameter and buffer of the model present, no other names, each of
 /// the model's shape; a float32 or float64 tensor is converted to the model's floating dtype
