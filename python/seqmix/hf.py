@@ -17,9 +17,11 @@ cross-entropy, labels shifted inside as transformers' causal LMs do, -100 ignore
 ``attention_mask`` is transformers' (1 = token, 0 = padding). It keeps no decoding cache:
 ``generate`` re-reads the whole sequence at each step (seqmix's own ``Model.generate`` and
 ``seqmix generate`` decode incrementally). Greedy decoding gives the tokens of ``seqmix
-generate --temperature 0``; sampling with ``top_k=0`` and ``torch.manual_seed(seed)`` before
-``generate`` draws the tokens ``seqmix generate --seed seed`` draws (the same softmax and
-multinomial on the same generator state).
+generate --temperature 0``; sampling with ``top_k=0`` (transformers' default is 50) and
+``torch.manual_seed(seed)`` before ``generate`` draws the tokens of ``seqmix generate --top-k
+0 --top-p 1 --seed seed`` at the same temperature (the same softmax and multinomial on the
+same generator state; transformers' top_p and seqmix's differ in which token is cut at the
+threshold).
 """
 import torch
 import torch.nn.functional as F

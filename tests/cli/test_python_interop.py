@@ -247,3 +247,26 @@ def test_names_from_a_crafted_file_are_escaped_and_cut(cli_run, tmp_path):
     with pytest.raises(RuntimeError) as e:
         seqmix.load(f, preset="weird-net", size="tiny", max_len=model.config["model"]["max_len"])
     assert "\x1b" not in str(e.value) and len(str(e.value)) < 5000
+
+
+def test_transformers_generates_the_text_of_seqmix_generate(cli_run, tmp_path):
+    # `seqmix export --format hf`, then transformers' Auto classes on the folder: greedy
+    # decoding and seeded sampling write the bytes `seqmix generate` writes.
+    pytest.importorskip("transformers")
+    import seqmix.hf  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForCausalLM
+    folder = tmp_path / "hf"
+    cli("export", cli_run, "--format", "hf", "--out", folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    prompt = b"the quick"
+    ids = torch.tensor([list(prompt)])
+    for flags, kwargs in ((["--temperature", "0"], dict(do_sample=False)),
+                          (["--temperature", "0.8", "--top-k", "0", "--top-p", "1",
+                            "--seed", "11"],
+                           dict(do_sample=True, temperature=0.8, top_k=0))):
+        torch.manual_seed(11)
+        out = model.generate(ids, max_new_tokens=24, **kwargs)
+        p = subprocess.run([SEQMIX_BIN, "generate", str(cli_run), "--prompt", "the quick",
+                            "--max-new-tokens", "24", "--threads", "1", *flags],
+                           capture_output=True, check=True)
+        assert bytes(out[0].tolist()) == p.stdout.rstrip(b"\n"), flags
