@@ -20,6 +20,8 @@ import torch
 
 FORMAT = 1
 _RUN_FILES = ("checkpoint.pt", "config.toml", "metrics.jsonl")
+# What a saved model folder holds (generation_config.json: what transformers may add).
+_MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.model", "generation_config.json")
 
 
 def _safetensors():
@@ -66,6 +68,13 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
         if not overwrite:
             raise ValueError(f"{path}: exists and is not empty; pass overwrite=True to "
                              "replace it")
+        # overwrite replaces a model folder, nothing else: a mistyped path (a home folder)
+        # keeps its files.
+        others = sorted(set(os.listdir(path)) - set(_MODEL_FILES))
+        if others:
+            raise ValueError(f"{path}: holds files that are not a saved model "
+                             f"({', '.join(others[:3])}); overwrite=True replaces only a "
+                             "folder of " + ", ".join(_MODEL_FILES))
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)

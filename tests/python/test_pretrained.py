@@ -46,6 +46,12 @@ def test_save_pretrained_never_clobbers(saved, tmp_path):
     f.write_text("x")
     with pytest.raises(ValueError, match="not a folder"):
         m.save_pretrained(f)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes.txt"):
+        m.save_pretrained(home, overwrite=True)
+    assert (home / "notes.txt").read_text() == "mine"
 
 
 def test_bad_folders_are_clear_errors(saved, tmp_path):
