@@ -9,6 +9,8 @@
 PYBIND11_MODULE(_C, m) {
   m.doc() = "seqmix's C++ library (libseqmix) for the seqmix Python package";
   m.attr("__version__") = SEQMIX_VERSION;
+  // torch.__version__ of the environment it was compiled in (python/CMakeLists.txt).
+  m.attr("TORCH_VERSION") = SEQMIX_TORCH_BUILD_VERSION;
   m.attr("MAX_NEW_TOKENS") = seqmix::generate::kMaxNewTokens;
   // LibTorch's checks (TORCH_CHECK) throw c10::Error, whose what() carries a C++ backtrace:
   // Python users get the message alone, as the exception type Python code expects. Local:
