@@ -31,17 +31,23 @@ string(REPLACE "\n" ";" _seqmix_skb_out "${_seqmix_skb_out}")
 list(GET _seqmix_skb_out 0 _seqmix_skb_prefix)
 list(GET _seqmix_skb_out 1 _seqmix_skb_torch)
 
+# Resolved, so that an environment which reaches the same torch through a link builds with
+# the same paths (and the same ccache entries).
+file(REAL_PATH "${_seqmix_skb_prefix}/Torch" _seqmix_skb_torch_dir)
 # build-pip/ persists between builds, and its cache holds the LibTorch it found first. A
 # build for an environment with another torch must not reuse those objects.
-if(DEFINED CACHE{Torch_DIR} AND NOT Torch_DIR STREQUAL "${_seqmix_skb_prefix}/Torch")
-  message(FATAL_ERROR
-    "seqmix: this build folder (${CMAKE_BINARY_DIR}) was configured for the torch in "
-    "${Torch_DIR}, but ${Python_EXECUTABLE} has torch ${_seqmix_skb_torch} in "
-    "${_seqmix_skb_prefix}/Torch. Remove the folder, give another one "
-    "(-Cbuild-dir=build-pip-other), or pass -Ccmake.fresh=true")
+if(DEFINED CACHE{Torch_DIR})
+  file(REAL_PATH "${Torch_DIR}" _seqmix_skb_cached_dir)
+  if(NOT _seqmix_skb_cached_dir STREQUAL _seqmix_skb_torch_dir)
+    message(FATAL_ERROR
+      "seqmix: this build folder (${CMAKE_BINARY_DIR}) was configured for the torch in "
+      "${Torch_DIR}, but ${Python_EXECUTABLE} has torch ${_seqmix_skb_torch} in "
+      "${_seqmix_skb_torch_dir}. Remove the folder, give another one "
+      "(-Cbuild-dir=build-pip-other), or pass -Ccmake.fresh=true")
+  endif()
 endif()
 set(SEQMIX_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH
     "The Python interpreter whose PyTorch seqmix builds against" FORCE)
-set(Torch_DIR "${_seqmix_skb_prefix}/Torch" CACHE PATH "LibTorch's CMake package")
+set(Torch_DIR "${_seqmix_skb_torch_dir}" CACHE PATH "LibTorch's CMake package" FORCE)
 message(STATUS "seqmix: building the wheel against torch ${_seqmix_skb_torch} of "
                "${Python_EXECUTABLE}")
