@@ -66,8 +66,9 @@ then
   "$venv/bin/python" -m pip install --disable-pip-version-check -q \
     -r "$here/scripts/requirements.txt"
 fi
-"$venv/bin/python" -c "import torch, numpy, pytest, pybind11" ||
-  { echo "setup: $venv cannot import torch, numpy, pytest and pybind11" >&2; exit 1; }
+"$venv/bin/python" -c "import torch, numpy, pytest, pybind11, scikit_build_core" ||
+  { echo "setup: $venv cannot import torch, numpy, pytest, pybind11 and scikit_build_core" >&2
+    exit 1; }
 
 # ---- data -------------------------------------------------------------------
 mkdir -p "$data"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (apt packages, data), builds everything, runs the unit tests, then builds and runs
-# examples/ against an installed copy (scripts/examples.sh).
+# Sets up (apt packages, data), builds everything, runs the unit tests, checks the Python
+# package as pip builds and installs it (tests/packaging/), then builds and runs examples/
+# against an installed copy (scripts/examples.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -13,6 +14,10 @@ cd build
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
 cd "$here"
+# seqmix as a Python package built by pip: a wheel installed into a fresh environment runs
+# README.md's Python example, and an editable install runs an op (~20-30 s with build-pip/
+# warm from scripts/build.sh).
+bash tests/packaging/check_install.sh
 # seqmix as an installed library: examples/ built against `cmake --install` output and run.
 bash scripts/examples.sh
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
