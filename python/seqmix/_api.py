@@ -260,7 +260,8 @@ class Model(_nn.SequenceModel):
             U+FFFD), else the list of new token ids.
 
         Raises:
-            ValueError naming the argument, or for an encoder or classifier.
+            ValueError naming the argument, or for an encoder or classifier; TypeError for
+            a prompt that is neither text nor token ids.
         """
         _int("max_new_tokens", max_new_tokens, 0, _C.MAX_NEW_TOKENS)
         _int("seed", seed, 0, 2 ** 63 - 1)  # as the CLI's --seed (a 64-bit integer)
@@ -398,7 +399,11 @@ class Model(_nn.SequenceModel):
         """
         _bool("overwrite", overwrite)
         tok = None if self.tokenizer.is_bytes else self.tokenizer.serialized()
-        write_pretrained(save_directory, self.config, self.state_dict(), tokenizer_model=tok,
+        # Stored as a run stores them: float32 (float64 kept, exact), so that every reader,
+        # `seqmix import` included, takes the folder; bfloat16 / float16 weights widen.
+        state = {k: v.float() if v.is_floating_point() and v.dtype != torch.float64 else v
+                 for k, v in self.state_dict().items()}
+        write_pretrained(save_directory, self.config, state, tokenizer_model=tok,
                          version=_C.__version__, overwrite=overwrite)
 
 
@@ -524,9 +529,10 @@ def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
          size: Optional[str] = None, task: Optional[str] = None,
          config: Optional[Union[str, os.PathLike]] = None,
          tokenizer: Optional[Union[str, os.PathLike]] = None, **overrides: Any) -> Model:
-    """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file, or a
-    bare state dict saved from Python (``torch.save(model.state_dict(), f)``, a dict or an
-    OrderedDict); in eval mode, with the run's tokenizer.
+    """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file or
+    folder (``from_pretrained``), or a bare state dict saved from Python
+    (``torch.save(model.state_dict(), f)``, a dict or an OrderedDict); in eval mode, with the
+    run's tokenizer.
 
     The configuration comes from the run or export file; for a bare state dict give it as
     ``build`` takes it (``preset``, ``size``, ``task``, ``config``, ``tokenizer``,
@@ -549,11 +555,16 @@ def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
     given = [name for name, value in (("preset", preset), ("size", size), ("task", task),
                                       ("config", config), ("tokenizer", tokenizer))
              if value is not None] + sorted(overrides)
-    if kind in ("run", "folder", "checkpoint", "export"):
+    if kind == "folder" and os.path.isfile(os.path.join(path, "config.json")) and \
+            os.path.isfile(os.path.join(path, "model.safetensors")):
+        kind = "pretrained"  # a Hugging Face-layout folder
+    if kind in ("run", "folder", "checkpoint", "export", "pretrained"):
         if given:
             raise ValueError(f"{path}: a seqmix {'export' if kind == 'export' else 'run'} brings "
                              f"its own configuration; {', '.join(given)} apply only to a bare "
                              "state dict")
+        if kind == "pretrained":
+            return from_pretrained(path)
         cpp, run_config, tok = _C.load_export(path) if kind == "export" else _C.load_run(path)
         return _from_cpp(cpp, run_config, tok)
     # A state dict from torch.save: read with torch's restricted unpickler, then loaded
@@ -600,32 +611,29 @@ def _from_cpp(cpp, run_config, tok):
 def from_pretrained(path: Union[str, os.PathLike]) -> Model:
     """A model from a Hugging Face-layout folder (config.json, model.safetensors,
     tokenizer.model for SentencePiece models) that ``Model.save_pretrained`` or ``seqmix
-    export --format hf`` wrote; in eval mode. Its configuration is validated as a run's.
+    export --format hf`` wrote; in eval mode. Read by the library's reader, with the checks
+    of ``seqmix import DIR``: the format, the configuration (validated as a run's, and
+    against the machine's memory), the tokenizer the configuration names, every tensor's
+    name, shape, dtype and finiteness.
 
     Raises:
-        FileNotFoundError for a missing folder or file; ValueError naming the file, key or
-        tensor that is wrong (format, configuration, names, shapes, non-finite values).
+        FileNotFoundError for a missing folder; ValueError naming the file, key or tensor
+        that is wrong.
     """
-    config, state = read_pretrained(path)
-    where = os.path.join(os.fspath(path), "config.json")
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such folder (a saved model is a folder holding "
+                                "config.json and model.safetensors)")
+    for name in ("config.json", "model.safetensors"):
+        if not os.path.isfile(os.path.join(path, name)):
+            raise FileNotFoundError(f"{os.path.join(path, name)}: not found; a seqmix "
+                                    "Hugging Face folder holds config.json and "
+                                    "model.safetensors")
     try:
-        run_config = _C.RunConfig.from_toml(_to_toml(config), where)
-        run_config.validate()
-    except (RuntimeError, ValueError, TypeError) as e:
-        raise ValueError(f"{where}: {e}") from None
-    tok_path = tokenizer_file(path)
-    tok = _C.Tokenizer.load(tok_path) if tok_path else _C.Tokenizer.bytes()
-    with torch.random.fork_rng(devices=[]):
-        cpp = _C.model_from_config(run_config)
-        model = Model(run_config, tok)
-    try:
-        _C.load_state_dict(cpp, list(state.items()), os.path.join(os.fspath(path),
-                                                                  "model.safetensors"))
+        cpp, run_config, tok = _C.load_export(path)
     except RuntimeError as e:
-        raise ValueError(str(e)) from None
-    # Exact values (float64 stays float64 until the model's dtype): from the file itself.
-    model.load_state_dict(state)
-    return model.eval()
+        raise ValueError(_python_words(str(e))) from None
+    return _from_cpp(cpp, run_config, tok)
 
 
 def export(run: Union[str, os.PathLike], file: Union[str, os.PathLike], *,

@@ -17,7 +17,8 @@ Nothing else differs, so everything PyTorch does with modules (deepcopy, picklin
 
 Masks: every forward takes ``mask`` [B, L] bool, True = valid position (seqmix's
 convention), or ``key_padding_mask`` [B, L] bool, True = padding (``nn.MultiheadAttention``'s
-convention) -- never both. Padded positions contribute nothing to any output.
+convention) -- never both. Padded positions contribute nothing to any mixer's output (a
+BatchNorm block in training still counts them in its batch statistics, as the C++ one does).
 """
 from __future__ import annotations
 
@@ -113,7 +114,9 @@ def _check_step(layer, x_t, d_model, state, kind):
 class DecodingState:
     """One mixer's decoding state: ``pos`` (tokens consumed so far), ``batch`` and the
     mixer's caches in ``tensors`` (each layer documents its own). Made by ``init_state``,
-    advanced by ``step``; it holds no parameters, only activations."""
+    advanced by ``step``. It holds activations, and values derived from the weights when
+    ``init_state`` ran (AIB attention's distance weights): change the weights, make a new
+    state."""
 
     def __init__(self, kind: str, batch: int, tensors: List[torch.Tensor]):
         self.kind = kind
@@ -460,6 +463,8 @@ class CES(nn.Module):
         if not 0 < r_min <= r_max < 1:
             raise ValueError(f"r_min, r_max: need 0 < r_min <= r_max < 1, got {r_min}, {r_max}")
         self.max_phase = _number("max_phase", max_phase)
+        if max_phase < 0:
+            raise ValueError(f"max_phase: must be a finite number >= 0 (radians), got {max_phase}")
         self.dt_min, self.dt_max = _number("dt_min", dt_min), _number("dt_max", dt_max)
         if not 0 < dt_min <= dt_max:
             raise ValueError(f"dt_min, dt_max: need 0 < dt_min <= dt_max, got {dt_min}, "
@@ -549,6 +554,8 @@ class CES(nn.Module):
 
     def step(self, x_t: torch.Tensor, state: DecodingState) -> torch.Tensor:
         """s <- mu s + x_t, y_t = Re(c s) (+ the shortcut): x_t [B, channels] -> [B, channels]."""
+        if self.bidirectional:
+            raise RuntimeError("CES: a bidirectional CES cannot decode step by step")
         _check_step("CES", x_t, self.channels, state, "CES")
         _, mu, c = self.coefficients()
         s = state.tensors[0]
@@ -700,8 +707,11 @@ class Extractor(Mixer):
                              f"{self.max_len} (the number of lag matrices)")
         history = torch.cat([state.tensors[0], x_t.unsqueeze(1).to(state.tensors[0].dtype)], 1)
         B, t, D = history.shape
-        # sum_k x[t-1-k] W[k]: the flipped history against the first t lag matrices.
-        ext = torch.matmul(history.flip(1).reshape(B, t * D), self.w_ext[:t].reshape(t * D, D))
+        # sum_k x[t-1-k] W[k]: the flipped history against the first t lag matrices, in the
+        # history's dtype with autocast off, as the op's own forward computes.
+        with torch.autocast(history.device.type, enabled=False):
+            ext = torch.matmul(history.flip(1).reshape(B, t * D),
+                               self.w_ext[:t].reshape(t * D, D).to(history.dtype))
         state.tensors = [history]
         state.pos += 1
         return self._finish(x_t, ext.to(x_t.dtype))
@@ -874,10 +884,27 @@ class Block(nn.Module):
         return h if self.ffn is None else n2(h + self.ffn(h))
 
 
+# Each mixer section's keys (the C++ registry rows' fields): an unknown key is an error, as
+# it is for the library's configuration reader.
+_SECTION_KEYS = {
+    "aib": {"weights", "bias", "impl"},
+    "attention": {"impl"},
+    "ces": {"gate", "shortcut", "normalize", "r_min", "r_max", "max_phase", "max_lambda",
+            "impl", "alpha", "beta", "real"},
+    "extractor": {"adjust", "out_proj", "impl"},
+    "mean": {"window", "impl"},
+}
+_CAUSAL_ONLY = {"extractor", "causal-mean"}
+
+
 def _section(model, name):
     section = model.get(name, {})
     if not isinstance(section, dict):
         raise ValueError(f"model.{name}: expected a table of options, got {section!r}")
+    unknown = sorted(set(section) - _SECTION_KEYS[name])
+    if unknown:
+        raise ValueError(f"model.{name}.{unknown[0]}: unknown key (expected one of "
+                         f"{', '.join(sorted(_SECTION_KEYS[name]))})")
     return section
 
 
@@ -958,6 +985,15 @@ class SequenceModel(nn.Module):
         mixers = c["mixers"]
         if not isinstance(mixers, (list, tuple)) or not mixers:
             raise ValueError(f"model.mixers: expected a non-empty list of names, got {mixers!r}")
+        if not self.causal and _CAUSAL_ONLY & set(mixers):
+            raise ValueError(f"model.mixers: {sorted(_CAUSAL_ONLY & set(mixers))[0]} is causal "
+                             "only; an encoder (model.causal = false) cannot use it")
+        n_classes = c.get("n_classes", 0)
+        if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes < 0:
+            raise ValueError(f"model.n_classes: expected an int >= 0, got {n_classes!r}")
+        cls_pair = _flag("model.cls_pair", c.get("cls_pair", False))
+        if cls_pair and n_classes == 0:
+            raise ValueError("model.cls_pair: a pair classifier needs model.n_classes > 0")
         f = {"device": device, "dtype": dtype}
         self.tok_emb = nn.Embedding(self.vocab_size, D, **f)
         self.pos_emb = nn.Parameter(torch.empty(self.max_len, D, **f))
@@ -975,9 +1011,8 @@ class SequenceModel(nn.Module):
         self.norm_f = nn.LayerNorm(D, **f) if norm else None
         self.head = None if self.tie_embeddings else nn.Linear(D, self.vocab_size, bias=False,
                                                                **f)
-        n_classes = c.get("n_classes", 0)
         self.cls_head = nn.Linear(D, n_classes, **f) if n_classes > 0 else None
-        self.cls_pair_proj = nn.Linear(4 * D, D, **f) if c.get("cls_pair", False) else None
+        self.cls_pair_proj = nn.Linear(4 * D, D, **f) if cls_pair else None
         with torch.no_grad():
             std = 1 / math.sqrt(D)
             nn.init.normal_(self.tok_emb.weight, 0.0, std)

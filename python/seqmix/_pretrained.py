@@ -58,6 +58,9 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
     ``path``. Refuses an existing non-empty folder unless ``overwrite``, and never replaces
     a seqmix run folder, a file or a symbolic link."""
     path = os.fspath(path)
+    # "dir/" and "dir" are one folder; without the separator islink sees a link to a folder.
+    stripped = path.rstrip(os.sep)
+    path = stripped if stripped else path
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
         raise ValueError(f"{path}: exists and is not a folder; save_pretrained writes a "
                          "folder")
@@ -90,13 +93,20 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
             with open(os.path.join(tmp, "tokenizer.model"), "wb") as f:
                 f.write(tokenizer_model)
         for name in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, name), 0o644)  # safetensors writes its file 0600
             with open(os.path.join(tmp, name), "rb") as f:
                 os.fsync(f.fileno())
         os.chmod(tmp, 0o755)
         if os.path.isdir(path):
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
-            os.rename(path, os.path.join(old, "x"))
-            os.rename(tmp, path)
+            kept = os.path.join(old, "x")
+            os.rename(path, kept)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                os.rename(kept, path)  # the user's folder goes back where it was
+                os.rmdir(old)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, path)
@@ -125,19 +135,30 @@ def read_pretrained(path):
         raise ValueError(f"{cfg_file}: not a seqmix model (expected model_type 'seqmix' and "
                          "a 'seqmix' section)")
     meta = hf["seqmix"]
-    if meta.get("format") != FORMAT:
+    if type(meta.get("format")) is not int or meta["format"] != FORMAT:
         raise ValueError(f"{cfg_file}: seqmix format {meta.get('format')!r}; this seqmix "
                          f"reads format {FORMAT}")
     config = meta.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
         raise ValueError(f"{cfg_file}: seqmix.config must hold the configuration's sections "
                          "(model, data, train)")
+    kind = meta.get("tokenizer")
+    if kind not in ("bytes", "sentencepiece"):
+        raise ValueError(f"{cfg_file}: seqmix.tokenizer must be 'bytes' or 'sentencepiece', got "
+                         f"{kind!r}")
+    has_model = os.path.isfile(os.path.join(path, "tokenizer.model"))
+    if (kind == "sentencepiece") != has_model:
+        raise ValueError(f"{path}: config.json names a {kind} tokenizer but the folder "
+                         f"{'holds no' if not has_model else 'also holds a'} tokenizer.model")
     try:
         state = _safetensors().load_file(weights)
     except Exception as e:  # the reader raises its own kinds on a damaged file
         raise ValueError(f"{weights}: not a readable safetensors file "
                          f"({type(e).__name__}: {e})") from None
     for name, t in state.items():
+        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{weights}: tensor {name} is {t.dtype}; seqmix stores float32 "
+                             "(or float64) weights")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"{weights}: tensor {name} holds non-finite values")
     return config, state

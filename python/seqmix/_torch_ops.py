@@ -14,6 +14,12 @@ import torch
 import torch.nn.functional as F
 
 
+def _float32():
+    """Autocast off: a widened bfloat16 computation stays in float32 (under CPU autocast a
+    matmul would otherwise cast back to bfloat16), as the C++ ops' AutocastOff guard."""
+    return torch.autocast("cpu", enabled=False)
+
+
 def _widen(t):
     return t.float() if t is not None and t.dtype == torch.bfloat16 else t
 
@@ -48,7 +54,9 @@ def aib_scan(a, v, w, mask=None, direction="causal", weights="prefix_exp", impl=
     scan forward, [D/2, D) backward. a, v [B, L, D]; w [K, D]; mask [B, L] bool (True =
     valid) -> O [B, L, D]."""
     if a.dtype == torch.bfloat16:
-        return aib_scan(_widen(a), _widen(v), _widen(w), mask, direction, weights).to(a.dtype)
+        with _float32():
+            return aib_scan(_widen(a), _widen(v), _widen(w), mask, direction,
+                            weights).to(a.dtype)
     B, L, D = a.shape
     valid = None
     if mask is not None:
@@ -84,7 +92,8 @@ def ces_scan(x, mu, c, mask=None, direction="causal", impl=None):
     code computes it: a convolution with the Vandermonde kernel K[n] = Re(c mu^n) by FFT.
     x [B, L, H]; mu, c [C, 2] (C = H, or 2H: forward rows then backward rows) -> [B, L, H]."""
     if x.dtype == torch.bfloat16:
-        return ces_scan(_widen(x), _widen(mu), _widen(c), mask, direction).to(x.dtype)
+        with _float32():
+            return ces_scan(_widen(x), _widen(mu), _widen(c), mask, direction).to(x.dtype)
     B, L, H = x.shape
     if L == 0 or H == 0 or B == 0:
         return torch.zeros_like(x)
@@ -113,8 +122,9 @@ def attention_reference(q, k, v, key_mask=None, direction="causal", dropout=0.0)
     """Softmax attention, Vaswani et al. eq. 1, literally: q, k, v [B, H, L, d_head];
     key_mask [B, L] bool (True = valid key). A query that sees no key outputs 0."""
     if q.dtype == torch.bfloat16:
-        return attention_reference(_widen(q), _widen(k), _widen(v), key_mask, direction,
-                                   dropout).to(q.dtype)
+        with _float32():
+            return attention_reference(_widen(q), _widen(k), _widen(v), key_mask, direction,
+                                       dropout).to(q.dtype)
     L, S = q.shape[2], k.shape[2]
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     allowed = torch.ones(L, S, dtype=torch.bool, device=q.device)
@@ -142,7 +152,8 @@ def extractor_conv(x, w, impl=None):
     a causal convolution with one D x D matrix per lag, by FFT over the sequence.
     x [B, t, D], w [l, D, D] (l >= t) -> [B, t, D]."""
     if x.dtype == torch.bfloat16:
-        return extractor_conv(_widen(x), _widen(w)).to(x.dtype)
+        with _float32():
+            return extractor_conv(_widen(x), _widen(w)).to(x.dtype)
     t = x.shape[1]
     if t > w.shape[0]:
         raise ValueError(f"extractor_conv: {w.shape[0]} lag matrices cover sequences up to "
@@ -159,7 +170,8 @@ def extractor_conv(x, w, impl=None):
 def causal_mean(x, window, mask=None, impl=None):
     """The mean of the last ``window`` valid positions (0 at padded ones): x [B, L, D]."""
     if x.dtype == torch.bfloat16:
-        return causal_mean(_widen(x), window, mask).to(x.dtype)
+        with _float32():
+            return causal_mean(_widen(x), window, mask).to(x.dtype)
     valid = (mask.to(x.dtype) if mask is not None
              else torch.ones(x.shape[:2], dtype=x.dtype, device=x.device))
 

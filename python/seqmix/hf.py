@@ -14,9 +14,14 @@ and ``SeqmixForCausalLM`` with ``AutoModelForCausalLM``, so a folder that
 dict (no prefix), runs ``seqmix.nn``'s layers (the extension's kernels), and returns
 ``CausalLMOutput`` (``logits`` [B, L, V], ``loss`` with ``labels``: the mean next-token
 cross-entropy, labels shifted inside as transformers' causal LMs do, -100 ignored).
-``attention_mask`` is transformers' (1 = token, 0 = padding). It keeps no decoding cache:
-``generate`` re-reads the whole sequence at each step (seqmix's own ``Model.generate`` and
-``seqmix generate`` decode incrementally). Greedy decoding gives the tokens of ``seqmix
+``attention_mask`` is transformers' (1 = token, 0 = padding); padding must come after the
+tokens (seqmix's learned positions start at each row's first entry), so a batch of prompts
+of different lengths is generated one prompt at a time. It keeps no decoding cache:
+``generate`` re-reads the sequence at each step (seqmix's own ``Model.generate`` and
+``seqmix generate`` decode incrementally), and past ``max_len`` it slides the window by one
+token per step, where seqmix's generators restart from the last half window: beyond
+``max_len`` the two differ. Loading is strict: a missing or unexpected tensor in
+model.safetensors is an error (transformers alone would warn and keep fresh weights). Greedy decoding gives the tokens of ``seqmix
 generate --temperature 0``; sampling with ``top_k=0`` (transformers' default is 50) and
 ``torch.manual_seed(seed)`` before ``generate`` draws the tokens of ``seqmix generate --top-k
 0 --top-p 1 --seed seed`` at the same temperature (the same softmax and multinomial on the
@@ -90,6 +95,19 @@ class SeqmixForCausalLM(PreTrainedModel, GenerationMixin):
         # loaded; transformers must not re-initialise them.
         pass
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' loader, then refusal of a checkpoint that does not fit exactly
+        (ValueError naming the tensors)."""
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        bad = {k: sorted(v) for k, v in info.items()
+               if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+        if bad:
+            raise ValueError("model.safetensors does not fit the seqmix configuration: " +
+                             "; ".join(f"{k.replace('_', ' ')} {v[:5]}" for k, v in bad.items()))
+        return (model, info) if wants_info else model
+
     def get_input_embeddings(self):
         return self.tok_emb
 
@@ -100,6 +118,11 @@ class SeqmixForCausalLM(PreTrainedModel, GenerationMixin):
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask.bool()
+            # A token after padding: left padding, which would move the learned positions.
+            if bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+                raise ValueError("attention_mask: padding before a token (left padding); "
+                                 "seqmix's positions start at each row's first entry: pad on "
+                                 "the right, or generate one prompt at a time")
         logits = self.logits(self.hidden(input_ids, mask))
         loss = None
         if labels is not None:
@@ -108,7 +131,7 @@ class SeqmixForCausalLM(PreTrainedModel, GenerationMixin):
         return CausalLMOutput(loss=loss, logits=logits)
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        # No cache: the whole sequence, cut to the model's context like seqmix generate.
+        # No cache: the whole sequence, its last max_len tokens past the model's context.
         ids = input_ids[:, -self.max_len:]
         mask = attention_mask[:, -self.max_len:] if attention_mask is not None else None
         return {"input_ids": ids, "attention_mask": mask}

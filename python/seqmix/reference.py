@@ -52,4 +52,7 @@ def _load_strict(model, state, path):
         if tuple(t.shape) != tuple(own[name].shape):
             raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, the model "
                              f"needs {list(own[name].shape)}")
+        if t.is_floating_point() != own[name].is_floating_point():
+            raise ValueError(f"{path}: tensor {name} is {t.dtype}, the model needs "
+                             f"{own[name].dtype}")
     model.load_state_dict(state, strict=True)

@@ -302,3 +302,36 @@ def test_ops_take_either_mask_convention():
         O.aib_scan(a, v, w, ~pad, key_padding_mask=pad)
     with pytest.raises(ValueError, match="True = padding"):
         O.attention(q, q, q, key_padding_mask=pad.long())
+
+
+def test_bf16_generation_is_the_library_s_for_every_family():
+    # Model.generate (Python steps) against the library's generator (C++ steps) under the
+    # same bfloat16 autocast: the same tokens, greedy and sampled.
+    for preset in ("extractor-transformer", "weird-net", "etsmlp-lm"):
+        m = seqmix.build(preset, "tiny", seed=7, max_len=24).eval()
+        cpp = m._cpp_twin()
+        cpp.train(False)
+        prompt = list(b"The quick brown ")
+        for temperature in (0.0, 0.9):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                want = _C.generate_tokens(cpp, prompt, 30, temperature, 0, 1.0, 5)
+            got = m.generate(prompt, 30, temperature=temperature, seed=5, precision="bf16")
+            assert got == want, (preset, temperature)
+
+
+def test_reference_ops_compute_bf16_in_float32_under_autocast():
+    q = torch.randn(1, 2, 9, 8).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = ref.SelfAttention._ops.attention_reference(q, q, q, None, "causal", 0.0)
+    outside = ref.SelfAttention._ops.attention_reference(q, q, q, None, "causal", 0.0)
+    assert torch.equal(inside, outside)
+
+
+def test_model_configurations_the_library_refuses_are_refused():
+    good = seqmix.build("weird-net", "tiny").config["model"]
+    for change, words in ((dict(aib={"wieghts": "exp"}), "model.aib.wieghts"),
+                          (dict(causal=False, mixers=["extractor"]), "causal only"),
+                          (dict(cls_pair=True, n_classes=0), "n_classes > 0"),
+                          (dict(n_classes=2.5), "model.n_classes")):
+        with pytest.raises(ValueError, match=words):
+            ref.SequenceModel({**good, **change})

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import seqmix
+import seqmix.reference
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +65,20 @@ def test_bad_folders_are_clear_errors(saved, tmp_path):
     cfg = json.loads((path / "config.json").read_text())
     cfg["seqmix"]["config"]["model"]["d_model"] = 48
     (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="hidden_size 64 but its model.d_model is 48"):
+        seqmix.from_pretrained(bad)
+    cfg["hidden_size"] = 48
+    (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="shape"):
         seqmix.from_pretrained(bad)
+    with pytest.raises(ValueError, match="shape"):
+        seqmix.reference.from_pretrained(bad)
     cfg["seqmix"]["config"]["model"]["d_model"] = -1
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="model.d_model"):
         seqmix.from_pretrained(bad)
     (bad / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not a JSON file"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         seqmix.from_pretrained(bad)
     (bad / "config.json").write_text((path / "config.json").read_text())
     (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
@@ -132,3 +139,54 @@ def test_transformers_auto_classes_generate_seqmix_s_text(saved):
     expected = torch.nn.functional.cross_entropy(m(x)[:, :-1].reshape(-1, 256),
                                                  labels[:, 1:].reshape(-1))
     torch.testing.assert_close(loss, expected)
+
+
+def test_bfloat16_weights_save_as_float32_and_load_everywhere(tmp_path):
+    m = seqmix.build("weird-net", "tiny", seed=2).to(torch.bfloat16)
+    m.save_pretrained(tmp_path / "bf")
+    back = seqmix.from_pretrained(tmp_path / "bf")
+    assert back.tok_emb.weight.dtype == torch.float32
+    assert torch.equal(back.tok_emb.weight, m.tok_emb.weight.float())
+    assert seqmix.load(tmp_path / "bf").config == m.config  # load() reads the layout too
+
+
+def test_reference_reader_checks_the_tokenizer_and_dtypes(saved, tmp_path):
+    m, path = saved
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (bad / f).write_bytes((path / f).read_bytes())
+    (bad / "tokenizer.model").write_bytes(b"stray")
+    with pytest.raises(ValueError, match="also holds a tokenizer.model"):
+        seqmix.reference.from_pretrained(bad)
+    (bad / "tokenizer.model").unlink()
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["seqmix"]["format"] = True
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="format"):
+        seqmix.reference.from_pretrained(bad)
+
+
+def test_transformers_loading_is_strict_and_refuses_left_padding(saved, tmp_path):
+    pytest.importorskip("transformers")
+    import safetensors.torch
+    import seqmix.hf  # noqa: F401
+    from transformers import AutoModelForCausalLM
+    m, path = saved
+    hm = AutoModelForCausalLM.from_pretrained(path)
+    ids = torch.randint(0, 256, (2, 8))
+    left = torch.ones(2, 8, dtype=torch.long)
+    left[1, :3] = 0
+    with pytest.raises(ValueError, match="left padding"):
+        hm(ids, attention_mask=left)
+    right = left.flip(1)
+    torch.testing.assert_close(hm(ids, attention_mask=right).logits[1, :5],
+                               m(ids[1:, :5])[0], rtol=1e-5, atol=1e-5)
+    bad = tmp_path / "partial"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((path / "config.json").read_bytes())
+    state = safetensors.torch.load_file(path / "model.safetensors")
+    del state["blocks.0.mixer.w"]
+    safetensors.torch.save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="blocks.0.mixer.w"):
+        AutoModelForCausalLM.from_pretrained(bad)
