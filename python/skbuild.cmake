@@ -43,7 +43,8 @@ if(DEFINED CACHE{Torch_DIR})
       "seqmix: this build folder (${CMAKE_BINARY_DIR}) was configured for the torch in "
       "${Torch_DIR}, but ${Python_EXECUTABLE} has torch ${_seqmix_skb_torch} in "
       "${_seqmix_skb_torch_dir}. Remove the folder, give another one "
-      "(-Cbuild-dir=build-pip-other), or pass -Ccmake.fresh=true")
+      "(pip --config-settings=build-dir=build-pip-2), or pass "
+      "--config-settings=cmake.fresh=true")
   endif()
 endif()
 set(SEQMIX_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH

@@ -16,7 +16,7 @@ cmake --build build --parallel "$(nproc)" ${1:+--target "$@"}
 # install, not an editable one, because an editable install's import hook comes before
 # PYTHONPATH, and CTest's python.* tests import build/python through PYTHONPATH. Its CMake
 # build is build-pip/ (never build/): incremental, and ccache serves it what build/ just
-# compiled (~1 min; ~5 s when nothing changed). --no-build-isolation: against .venv's torch.
+# compiled (~1.5 min; ~5 s when nothing changed). --no-build-isolation: against .venv's torch.
 if [ $# -eq 0 ]; then
   echo "build: installing the seqmix Python package into .venv (build-pip/)"
   .venv/bin/python -m pip install --disable-pip-version-check -q --no-build-isolation \
