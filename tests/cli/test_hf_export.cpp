@@ -402,6 +402,10 @@ TEST(HfExport, DamagedFoldersAreErrorsNamingTheFileAndTensor) {
   import_error("configuration value 'train.lr' is null");
   config_edit([](auto& j) { j["seqmix"]["tokenizer"] = "sentencepiece"; });
   import_error("has seqmix.tokenizer \"sentencepiece\" but data.tokenizer");
+  std::ofstream(hf + "/tokenizer.model") << "x";
+  import_error("is a byte-level run (seqmix.tokenizer \"bytes\") but also holds a "
+               "tokenizer.model");
+  fs::remove(hf + "/tokenizer.model");
   fs::remove(weights);
   import_error("is a folder without model.safetensors");
   EXPECT_EQ(run_cli("import " + hf + " --out " + dir + "/back").code, 0);

@@ -458,9 +458,13 @@ LoadedRun load_hf_export(const std::string& dir) {
   if ((*tok == "bytes") != bytes_run)
     throw std::runtime_error(config_what + " has seqmix.tokenizer " + tok->dump() +
                              " but data.tokenizer '" + loaded.config.data.tokenizer + "'");
+  const std::string path = (root / "tokenizer.model").string();
+  const char* kind = util::file_type_description(path);
+  // Which tokenizer decodes the model's tokens must not depend on who reads the folder.
+  if (bytes_run && kind)
+    throw std::runtime_error(what + " is a byte-level run (seqmix.tokenizer \"bytes\") but "
+                             "also holds a tokenizer.model");
   if (!bytes_run) {
-    const std::string path = (root / "tokenizer.model").string();
-    const char* kind = util::file_type_description(path);
     if (!kind || std::strcmp(kind, "a regular file") != 0)
       throw std::runtime_error(what + " is a SentencePiece run (data.tokenizer '" +
                                loaded.config.data.tokenizer + "') but " +

@@ -139,7 +139,8 @@ void export_run_hf(const std::string& run_or_checkpoint, const std::string& out_
 ///         model_type not "seqmix", no "seqmix" object, a seqmix.format above 1 ("written by
 ///         a newer seqmix"), a configuration value JSON cannot map to TOML, an invalid
 ///         configuration, a field that disagrees with it ("has hidden_size 64 but its
-///         model.d_model is 128"), a tokenizer that is missing or does not fit; as
+///         model.d_model is 128"), a tokenizer that is missing or does not fit, a
+///         tokenizer.model beside a byte-level configuration; as
 ///         read_safetensors for a corrupt model.safetensors; as load_export for the tensors.
 LoadedRun load_hf_export(const std::string& dir);
 
