@@ -100,6 +100,13 @@ def _check_x(layer, x, d_model):
         raise ValueError(f"{layer}: x must be [B, L, {d_model}], got {list(x.shape)}")
 
 
+def _check_length(layer, x, max_len, what=""):
+    # Learned per-position parameters (AIB levels, the Extractor's lag matrices) end there.
+    if x.shape[1] > max_len:
+        raise ValueError(f"{layer}: sequence length {x.shape[1]} exceeds max_len "
+                         f"{max_len}{what}")
+
+
 def _check_step(layer, x_t, d_model, state, kind):
     if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2 or x_t.shape[1] != d_model:
         shape = list(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
@@ -262,9 +269,7 @@ class AIBAttention(Mixer):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
                 key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("AIBAttention", x, self.d_model)
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"AIBAttention: sequence length {x.shape[1]} exceeds max_len "
-                             f"{self.max_len}")
+        _check_length("AIBAttention", x, self.max_len)
         mask = valid_mask(x, mask, key_padding_mask)
         o = self._ops.aib_scan(self.w_a(x), self.w_v(x), self.w, mask,
                                "causal" if self.causal else "bidirectional", self.weights,
@@ -683,9 +688,7 @@ class Extractor(Mixer):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *,
                 key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         _check_x("Extractor", x, self.d_model)
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"Extractor: sequence length {x.shape[1]} exceeds max_len "
-                             f"{self.max_len} (the number of lag matrices)")
+        _check_length("Extractor", x, self.max_len, " (the number of lag matrices)")
         mask = valid_mask(x, mask, key_padding_mask)
         if mask is None:
             return self._finish(x, self._ops.extractor_conv(x, self.w_ext, self.impl))

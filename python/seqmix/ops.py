@@ -25,6 +25,7 @@ import collections
 import torch
 
 from ._ext import _C
+from ._layers import _choice
 
 __all__ = ["aib_scan", "aib_num_levels", "aib_level_weights", "CESCoefficients",
            "ces_coefficients", "ces_scan", "attention", "extractor_conv"]
@@ -47,12 +48,6 @@ def _tensor(name, value, optional=False):
         raise TypeError(f"{name}: expected {kind}, got {type(value).__name__}")
     if value.device.type != "cpu":
         raise ValueError(f"{name}: seqmix runs on the CPU, got a tensor on {value.device}")
-    return value
-
-
-def _choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
     return value
 
 
