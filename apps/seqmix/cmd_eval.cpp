@@ -21,6 +21,7 @@ struct EvalFlags {
   train::EvalRequest request;
   int64_t max_tokens = 0, threads = 0, batch = 32;
   std::string precision;  // empty: the run's train.precision
+  std::string device;     // empty: the run's train.device
 };
 
 
@@ -31,9 +32,11 @@ int run_eval(const EvalFlags& f) {
     throw std::invalid_argument("--max-bytes / --max-tokens / --max-examples must be >= 0 (0 "
                                 "= all), got " + std::to_string(f.max_tokens));
   util::check_threads(f.threads, "--threads");
-  run_precision(f.precision, "fp32");  // the flag is checked before anything is loaded
+  run_precision(f.precision, "fp32");  // the flags are checked before anything is loaded
+  if (!f.device.empty()) run_device(f.device, "cpu");
   train::LoadedRun run = train::load_run(f.request.run);
   const nn::Precision precision = run_precision(f.precision, run.config.train.precision);
+  run.model->to(run_device(f.device, run.config.train.device));
   util::configure_threads(f.threads);
   const nn::AutocastGuard autocast(precision);
   const train::EvalSet set = train::load_eval_set(run.config, run.tokenizer, f.request);
@@ -91,6 +94,8 @@ Command add_eval(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "intra-op threads (0 = all)");
   cmd->add_option("--precision", f->precision,
                   "fp32 or bf16 (default: the run's train.precision)");
+  cmd->add_option("--device", f->device,
+                  "cpu, cuda or cuda:N (default: the run's train.device)");
   return {cmd, [f](char**) { return run_eval(*f); }};
 }
 

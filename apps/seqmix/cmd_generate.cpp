@@ -19,6 +19,7 @@ struct GenerateFlags {
   int64_t max_new = 256, top_k = 0, seed = 0, threads = 0;
   double temperature = 0.8, top_p = 0.95;
   std::string precision;  // empty: the run's train.precision
+  std::string device;     // empty: the run's train.device
 };
 
 
@@ -34,13 +35,15 @@ int run_generate(const GenerateFlags& f, char** argv) {
     throw std::invalid_argument("--max-new-tokens must be in [0, 1e9], got " +
                                 std::to_string(f.max_new));
   util::check_threads(f.threads, "--threads");
-  run_precision(f.precision, "fp32");  // the flag is checked before anything is loaded
+  run_precision(f.precision, "fp32");  // the flags are checked before anything is loaded
+  if (!f.device.empty()) run_device(f.device, "cpu");
   const int64_t threads = generate::generate_threads(f.threads);
   // libgomp reads its wait policy only when it is loaded: for more than one thread, run
   // again with OMP_WAIT_POLICY=passive (unless set) before anything is loaded or printed.
   util::reexec_with_passive_omp_wait(argv, threads);
   train::LoadedRun run = train::load_run(f.run);
   const nn::Precision precision = run_precision(f.precision, run.config.train.precision);
+  run.model->to(run_device(f.device, run.config.train.device));
   util::configure_threads(threads);
   const nn::AutocastGuard autocast(precision);
   // The prompt goes out with the first new text, so that a model that cannot generate
@@ -87,6 +90,8 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "sampling seed");
   cmd->add_option("--precision", f->precision,
                   "fp32 or bf16 (default: the run's train.precision)");
+  cmd->add_option("--device", f->device,
+                  "cpu, cuda or cuda:N (default: the run's train.device)");
   cmd->add_option("--threads", f->threads,
                   "intra-op threads (0 = 1: a token's work is too small to share; more than 1 "
                   "run with OMP_WAIT_POLICY=passive unless it is set)");

@@ -91,6 +91,14 @@ void check_launch(const TrainFlags& f, int world_size) {
   if (f.resume) stored = train::read_checkpoint_config(train::find_checkpoint(f.out));
   const train::RunConfig config = train::resolve_run(
       {f.config.config_path, "", f.config.overrides()}, stored ? &*stored : nullptr);
+  // train.device = 'cuda' gives each worker of a machine its own GPU.
+  if (config.train.device == "cuda" && f.dist.nproc_per_node &&
+      *f.dist.nproc_per_node > static_cast<int>(torch::cuda::device_count()))
+    throw std::invalid_argument(fmt::format(
+        "train.device = 'cuda' gives each worker its own GPU (cuda:LOCAL_RANK), but "
+        "--nproc-per-node is {} and this machine has {} CUDA device(s); start at most that "
+        "many workers, or name one GPU (train.device = 'cuda:0') for the workers to share",
+        *f.dist.nproc_per_node, torch::cuda::device_count()));
   if (config.train.batch_size % world_size != 0)
     throw std::invalid_argument(fmt::format(
         "train.batch_size (--batch-size) {} is not a multiple of the {} workers: every worker "

@@ -82,6 +82,8 @@ void ConfigFlags::add_to(CLI::App* app) {
   app->add_option("--precision", precision,
                   "fp32 or bf16: bfloat16 matrix products and activations with fp32 weights "
                   "(train.precision)");
+  app->add_option("--device", device,
+                  "cpu, cuda or cuda:N: the device the run computes on (train.device)");
   app->add_option("--max-len", max_len,
                   "context length in tokens, bytes for byte-level models (model.max_len)");
   app->add_option("--aib-impl", aib_impl,
@@ -96,6 +98,11 @@ nn::Precision run_precision(const std::string& flag, const std::string& stored) 
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--precision: ") + e.what());
   }
+}
+
+c10::Device run_device(const std::string& flag, const std::string& stored) {
+  if (flag.empty()) return util::require_device(stored, "train.device");
+  return util::require_device(flag, "--device");
 }
 
 namespace {
@@ -129,6 +136,7 @@ std::vector<train::Override> ConfigFlags::overrides() const {
   str("data.task", task, "--task");
   str("data.dir", data_dir, "--data-dir");
   str("train.precision", precision, "--precision");
+  str("train.device", device, "--device");
   str("model.aib.impl", aib_impl, "--aib-impl");
   if (!tokenizer.empty()) {
     const auto t = train::tokenizer_overrides(tokenizer);

@@ -15,6 +15,7 @@
 
 #include "seqmix/nn/precision.h"
 #include "seqmix/train/configuration/config.h"
+#include "seqmix/util/device.h"
 
 namespace seqmix::dist {
 class ProcessGroup;
@@ -58,12 +59,18 @@ std::string read_integer(const std::string& text, int64_t& value);
 // train.precision. @throws std::invalid_argument naming --precision for a bad flag.
 nn::Precision run_precision(const std::string& flag, const std::string& stored);
 
+// The device of eval, generate and bench: --device (`flag`) when given, else `stored` (a
+// run's train.device), checked against this machine (util::require_device).
+// @throws std::invalid_argument naming --device (or train.device) for a bad or absent device.
+c10::Device run_device(const std::string& flag, const std::string& stored);
+
 // Options shared by the commands that resolve a configuration. Every flag that was given
 // becomes a typed override of its key, so the configuration's own checks
 // (RunConfig::validate) judge it exactly as they judge --set and TOML: a value that is out of
 // range is an error naming the key and the flag, never a silent default.
 struct ConfigFlags {
-  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task, precision;
+  std::string config_path, model, size, data, data_dir, aib_impl, tokenizer, task, precision,
+      device;
   // Counts are read as text so that 1e9 means 10^9, as a user writes it; integer() checks it.
   std::optional<std::string> max_steps, seed, batch_size, threads, max_len;
   std::optional<double> lr;

@@ -20,6 +20,7 @@
 #include "seqmix/train/serialization/export.h"
 #include "seqmix/train/configuration/resolve.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/signals.h"
 
 namespace seqmix::python {
@@ -258,8 +259,10 @@ void bind_runs(py::module_& m) {
   m.def(
       "evaluate",
       [](const ModulePtr& module, train::RunConfig config, const data::Tokenizer& tokenizer,
-         const std::string& data, const std::string& split, int64_t batch_size) {
+         const std::string& data, const std::string& split, int64_t batch_size,
+         const std::string& device) {
         models::SequenceModel model = model_of(module);
+        model->to(util::require_device(device, "device"));
         train::EvalRequest request;
         request.run = "model";
         request.data = data;
@@ -281,7 +284,7 @@ void bind_runs(py::module_& m) {
         return out;
       },
       py::arg("model"), py::arg("config"), py::arg("tokenizer"), py::arg("data"),
-      py::arg("split"), py::arg("batch_size"));
+      py::arg("split"), py::arg("batch_size"), py::arg("device") = "cpu");
 
   // `seqmix bench ops` in this process, so that python -m seqmix.bench compares a Python
   // call with the C++ one under the same allocator, threads and machine state.

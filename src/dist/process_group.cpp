@@ -11,6 +11,17 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <c10/util/Logging.h>
 
+// NCCL comes with a CUDA build of PyTorch (its CMake package defines USE_C10D_NCCL), and its
+// header needs NCCL's and the CUDA runtime's headers on the include path: without them the
+// CPU build leaves it out and a request for it is an error.
+#if defined(USE_C10D_NCCL) && __has_include(<nccl.h>) && __has_include(<cuda_runtime_api.h>)
+#define SEQMIX_HAVE_NCCL 1
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#else
+#define SEQMIX_HAVE_NCCL 0
+#endif
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -135,6 +146,12 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;      // the main thread's client (or server)
   c10::intrusive_ptr<c10d::TCPStore> beat_store;  // the heartbeat thread's own client
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  // CUDA tensors' collectives once use_device chose NCCL; CPU tensors always go through Gloo.
+  c10::intrusive_ptr<c10d::Backend> nccl;
+  c10d::Backend& backend_for(const at::Tensor& t) {
+    return nccl && t.is_cuda() ? static_cast<c10d::Backend&>(*nccl)
+                               : static_cast<c10d::Backend&>(*gloo);
+  }
   std::mutex beat_mu;
   std::condition_variable beat_cv;
 };
@@ -353,7 +370,40 @@ ProcessGroup::~ProcessGroup() {
   }
   impl_->beat_cv.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (impl_->nccl) {
+    try {
+      impl_->nccl->shutdown();
+    } catch (const std::exception&) {  // a peer already gone: nothing left to release
+    }
+  }
 }
+
+bool nccl_available() { return SEQMIX_HAVE_NCCL != 0; }
+
+void ProcessGroup::use_device(const c10::Device& device, bool nccl) {
+  if (!device.is_cuda() || !nccl || impl_->nccl) return;
+#if SEQMIX_HAVE_NCCL
+  c10::cuda::set_device(device.index());
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout_ - 4 * heartbeat_interval(timeout_);
+  try {
+    impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+        c10::make_intrusive<c10d::PrefixStore>(key("nccl"), impl_->store), env_.rank,
+        env_.world_size, opts);
+  } catch (const std::exception& e) {
+    raise_lost("creating the NCCL process group", e.what());
+  }
+#else
+  throw std::runtime_error(fmt::format(
+      "rank {}: data-parallel training on {} needs NCCL, and this seqmix was built without it "
+      "(its PyTorch has no NCCL, or NCCL's and CUDA's headers were not found at build time); "
+      "train on the CPU (train.device = 'cpu'), or name one GPU for the workers to share "
+      "(train.device = 'cuda:0', reduced through Gloo)",
+      env_.rank, device.str()));
+#endif
+}
+
+std::string ProcessGroup::backend_name() const { return impl_->nccl ? "NCCL" : "Gloo"; }
 
 std::vector<int> ProcessGroup::lost_ranks() {
   // Read every counter, wait three heartbeats, read again: in a separate thread, because a
@@ -399,7 +449,7 @@ std::shared_ptr<ProcessGroup::Pending> ProcessGroup::all_reduce_sum_async(at::Te
   auto p = std::make_shared<Pending>();
   p->what = what;
   try {
-    p->work = impl_->gloo->allreduce(v);
+    p->work = impl_->backend_for(v[0]).allreduce(v);
   } catch (const std::exception& e) {
     raise_lost(what, e.what());
   }
@@ -421,7 +471,7 @@ void ProcessGroup::all_reduce_max(at::Tensor& t, const std::string& what) {
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
   try {
-    impl_->gloo->allreduce(v, o)->wait();
+    impl_->backend_for(t).allreduce(v, o)->wait();
   } catch (const std::exception& e) {
     raise_lost(what, e.what());
   }
@@ -441,7 +491,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root, const s
   try {
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
-      works.push_back(impl_->gloo->broadcast(one, o));
+      works.push_back(impl_->backend_for(t).broadcast(one, o));
     }
     for (auto& w : works) w->wait();
   } catch (const std::exception& e) {

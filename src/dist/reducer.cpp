@@ -21,19 +21,22 @@ GradientReducer::GradientReducer(std::shared_ptr<ProcessGroup> group,
     throw std::invalid_argument("GradientReducer: bucket sizes must be positive");
   for (const auto& p : params)
     if (p.requires_grad()) {
-      if (p.is_sparse() || !p.device().is_cpu() ||
+      // CUDA parameters go through NCCL (or Gloo, which stages them through the host),
+      // as ProcessGroup::use_device chose.
+      if (p.is_sparse() || !(p.device().is_cpu() || p.device().is_cuda()) ||
           (p.scalar_type() != at::kFloat && p.scalar_type() != at::kDouble))
         throw std::invalid_argument(fmt::format(
-            "GradientReducer: parameter {} is {} on {}; only dense CPU float32/float64 "
+            "GradientReducer: parameter {} is {} on {}; only dense CPU or CUDA float32/float64 "
             "parameters are supported",
             params_.size(), c10::toString(p.scalar_type()), p.device().str()));
       params_.push_back(p);
     }
   slots_.resize(params_.size());
-  // Reverse registration order, one dtype per bucket.
+  // Reverse registration order, one dtype and device per bucket.
   std::unique_ptr<Bucket> cur;
   int64_t cur_bytes = 0, cap = first_bucket_bytes;
   at::ScalarType cur_type = at::kFloat;
+  c10::Device cur_device(c10::kCPU);
   auto close = [&] {
     if (!cur) return;
     int64_t n = 0;
@@ -41,7 +44,7 @@ GradientReducer::GradientReducer(std::shared_ptr<ProcessGroup> group,
       slots_[i] = {buckets_.size(), n, false};
       n += params_[i].numel();
     }
-    cur->flat = at::zeros({n}, at::TensorOptions().dtype(cur_type));
+    cur->flat = at::zeros({n}, at::TensorOptions().dtype(cur_type).device(cur_device));
     buckets_.push_back(std::move(cur));
     cur_bytes = 0;
     cap = bucket_bytes;
@@ -49,10 +52,13 @@ GradientReducer::GradientReducer(std::shared_ptr<ProcessGroup> group,
   for (size_t k = params_.size(); k-- > 0;) {
     const auto& p = params_[k];
     const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
-    if (cur && (cur_type != p.scalar_type() || cur_bytes + bytes > cap)) close();
+    if (cur && (cur_type != p.scalar_type() || cur_device != p.device() ||
+                cur_bytes + bytes > cap))
+      close();
     if (!cur) {
       cur = std::make_unique<Bucket>();
       cur_type = p.scalar_type();
+      cur_device = p.device();
     }
     cur->params.push_back(k);
     cur_bytes += bytes;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "seqmix/util/blas.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/signals.h"
 
 namespace seqmix::generate {
@@ -118,9 +119,10 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   data::TokenIds context = prompt, out;
   auto states = model->init_state(1);
   at::Tensor logits;
+  const auto token_options = at::TensorOptions(at::kLong).device(util::module_device(*model));
   auto feed = [&](data::TokenIds::const_iterator begin, data::TokenIds::const_iterator end) {
     for (auto it = begin; it != end; ++it)
-      logits = model->step(at::full({1}, static_cast<int64_t>(*it), at::kLong), states);
+      logits = model->step(at::full({1}, static_cast<int64_t>(*it), token_options), states);
   };
   // Prime with the tail of the context that fits.
   if (static_cast<int64_t>(context.size()) > max_len)
@@ -131,11 +133,15 @@ data::TokenIds generate_tokens(models::SequenceModel& model, const data::TokenId
   const auto t_new = Clock::now();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     util::check_interrupt();
-    if (!all_finite(logits))
+    // Checked and sampled on the CPU with the CPU generator: the same seed draws the same
+    // tokens on any device (the logits are read back once per token).
+    const at::Tensor host_logits = logits.to(at::kCPU);
+    if (!all_finite(host_logits))
       throw std::runtime_error("the model's output (logits) is not finite at new token " +
                                std::to_string(i + 1) +
                                "; the checkpoint's weights produce NaN or inf");
-    const auto id = static_cast<int32_t>(sample_next(logits, options, gen).item<int64_t>());
+    const auto id =
+        static_cast<int32_t>(sample_next(host_logits, options, gen).item<int64_t>());
     out.push_back(id);
     context.push_back(id);
     if (on_token) on_token(id);

@@ -21,8 +21,14 @@ AutocastGuard::AutocastGuard(Precision precision) {
   active_ = true;
   prev_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
   prev_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
+  prev_cuda_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  prev_cuda_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+  // Both devices' flags: the guard does not know where the model runs, and a flag is only
+  // thread-local state (on a machine without a GPU the CUDA one is never read).
   at::autocast::set_autocast_enabled(at::kCPU, true);
   at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
   // torch.autocast's __enter__ does the same: the nesting count tells the outermost exit
   // when to drop the cache of weights cast to bfloat16.
   at::autocast::increment_nesting();
@@ -35,6 +41,8 @@ AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(at::kCPU, prev_enabled_);
   at::autocast::set_autocast_dtype(at::kCPU, prev_dtype_);
+  at::autocast::set_autocast_enabled(at::kCUDA, prev_cuda_enabled_);
+  at::autocast::set_autocast_dtype(at::kCUDA, prev_cuda_dtype_);
 }
 
 }  // namespace seqmix::nn

@@ -11,6 +11,7 @@
 #include "seqmix/dist/process_group.h"
 #include "seqmix/train/objective.h"
 
+#include "seqmix/util/device.h"
 #include "seqmix/util/rng.h"
 
 namespace seqmix::train {
@@ -82,7 +83,15 @@ ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, i
   return b;
 }
 
-at::Tensor class_logits(models::SequenceModel& model, const ClassBatch& batch) {
+ClassBatch to_device(const ClassBatch& batch, const c10::Device& device) {
+  // collate builds batches in ordinary (pageable) memory: non_blocking would not overlap.
+  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {move(batch.tokens), move(batch.mask), move(batch.tokens_b), move(batch.mask_b),
+          move(batch.labels)};
+}
+
+at::Tensor class_logits(models::SequenceModel& model, const ClassBatch& host_batch) {
+  const ClassBatch batch = to_device(host_batch, util::module_device(*model));
   if (model->config().cls_pair) {
     TORCH_CHECK(batch.tokens_b.defined(),
                 "class_logits: a pair classifier needs examples with a second sequence");

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "seqmix/dist/process_group.h"
+#include "seqmix/util/device.h"
 #include <cmath>
 #include <string>
 
@@ -16,15 +17,16 @@ at::Reduction::Reduction aten(LossReduction r) {
 
 }  // namespace
 
-BatchLoss language_model_loss(models::SequenceModel& model, const at::Tensor& batch,
+BatchLoss language_model_loss(models::SequenceModel& model, const at::Tensor& host_batch,
                               LossReduction reduction) {
-  if (!batch.defined() || batch.dim() != 2 || batch.scalar_type() != at::kLong ||
-      batch.size(1) < 2)
+  if (!host_batch.defined() || host_batch.dim() != 2 || host_batch.scalar_type() != at::kLong ||
+      host_batch.size(1) < 2)
     throw std::invalid_argument(
         "language_model_loss: expected int64 token ids [B, L + 1] with L >= 1, got " +
-        (batch.defined() ? std::string(c10::str(batch.sizes())) + " " +
-                               std::string(c10::toString(batch.scalar_type()))
-                         : std::string("an undefined tensor")));
+        (host_batch.defined() ? std::string(c10::str(host_batch.sizes())) + " " +
+                                    std::string(c10::toString(host_batch.scalar_type()))
+                              : std::string("an undefined tensor")));
+  const at::Tensor batch = host_batch.to(util::module_device(*model));
   const int64_t L = batch.size(1) - 1;
   // Float32 logits: under train.precision = bf16 the head's matrix product returns bfloat16,
   // and the loss (log-sum-exp over the vocabulary) is computed in float32 (nn/precision.h).
@@ -40,9 +42,10 @@ BatchLoss classification_loss(models::SequenceModel& model, const ClassBatch& ba
                               LossReduction reduction) {
   const at::Tensor logits = class_logits(model, batch).to(at::kFloat);
   BatchLoss out;
-  out.loss = at::cross_entropy_loss(logits, batch.labels, {}, aten(reduction));
-  out.count = batch.labels.size(0);
-  out.correct = logits.detach().argmax(-1).eq(batch.labels).sum().item<int64_t>();
+  const at::Tensor labels = batch.labels.to(logits.device());
+  out.loss = at::cross_entropy_loss(logits, labels, {}, aten(reduction));
+  out.count = labels.size(0);
+  out.correct = logits.detach().argmax(-1).eq(labels).sum().item<int64_t>();
   return out;
 }
 

@@ -41,6 +41,7 @@
 #include "seqmix/util/rng.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/threads.h"
 
 namespace seqmix::train {
@@ -316,6 +317,12 @@ std::FILE* dev_null() {
 // first parameter (in registration order) whose gradient has a NaN or an infinity.
 std::string nonfinite(double loss, models::SequenceModel& model) {
   if (!std::isfinite(loss)) return fmt::format("the training loss is {}", loss);
+  // One flag per gradient, read back once (on a GPU each read is a synchronisation); the
+  // parameter is looked for only when some gradient is not finite.
+  std::vector<at::Tensor> finite;
+  for (const auto& p : model->parameters())
+    if (p.grad().defined()) finite.push_back(at::isfinite(p.grad()).all());
+  if (finite.empty() || at::stack(finite).all().item<bool>()) return {};
   for (const auto& p : model->named_parameters()) {
     const at::Tensor& g = p.value().grad();
     if (g.defined() && !at::isfinite(g).all().item<bool>())
@@ -437,6 +444,29 @@ std::string nonfinite_parameter(models::SequenceModel& model) {
   return {};
 }
 
+// The device a run (or this data-parallel worker) trains on. A worker of a CUDA run takes
+// its own GPU, cuda:LOCAL_RANK, as torchrun's scripts do; "cuda:N" puts every worker of
+// the machine on GPU N (workers sharing a GPU, which NCCL refuses, reduce through Gloo).
+c10::Device training_device(const std::string& name, dist::ProcessGroup* group) {
+  c10::Device device = util::require_device(name, "train.device");
+  if (!group || !device.is_cuda()) return device;
+  if (name == "cuda") {
+    const auto count = static_cast<int>(torch::cuda::device_count());
+    const int local = group->env().local_rank;
+    if (local >= count)
+      throw std::invalid_argument(fmt::format(
+          "train.device = 'cuda' gives each worker its own GPU (cuda:LOCAL_RANK), but LOCAL_RANK "
+          "is {} and this machine has {} CUDA device{}; start at most {} worker{} here "
+          "(--nproc-per-node), or name one GPU (train.device = 'cuda:0') for the workers to "
+          "share",
+          local, count, count == 1 ? "" : "s", count, count == 1 ? "" : "s"));
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local));
+  }
+  // NCCL needs a GPU per worker: the workers of a machine that share one use Gloo.
+  group->use_device(device, name == "cuda" || group->env().local_world_size == 1);
+  return device;
+}
+
 // One run in its folder. It lives in train_in_folder's frame from set-up to the end of the
 // loop: the data plan's callbacks hold references to its members.
 struct Run {
@@ -467,6 +497,7 @@ struct Run {
   dist::ProcessGroup* group = nullptr;
   bool writer = true;  // rank 0: writes the run folder
   int64_t threads = 0;
+  c10::Device device{c10::kCPU};  // train.device; a data-parallel CUDA worker's own GPU
   models::SequenceModel model{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer;
   int64_t start = 0;  // the step the loop starts from
@@ -514,6 +545,7 @@ void resolve_against_checkpoint(Run& run, const RunConfig& requested) {
     allowed.train.log_interval = requested.train.log_interval;
     allowed.train.threads = requested.train.threads;
     allowed.train.nonfinite = requested.train.nonfinite;
+    allowed.train.device = requested.train.device;  // checkpoints hold CPU tensors
     allowed.data.dir = requested.data.dir;
     // The schedule's horizon: a checkpoint written before train.decay_steps existed (0)
     // decayed over its max_steps. It changes only when asked for.
@@ -527,8 +559,8 @@ void resolve_against_checkpoint(Run& run, const RunConfig& requested) {
     if (!diff.empty())
       throw std::runtime_error("`resume`: checkpoint '" + ckpt_path.string() +
                                "' was trained with a different configuration (" + diff.front() +
-                               "); only max_steps, decay_steps, intervals, threads and data.dir "
-                               "may change");
+                               "); only max_steps, decay_steps, intervals, threads, device and "
+                               "data.dir may change");
     config = allowed;
     if (allowed.train.decay_steps != horizon)
       notes.push_back(fmt::format("learning-rate schedule: horizon changed from {} to {} steps "
@@ -609,8 +641,12 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
     want_threads = std::max<int64_t>(
         1, static_cast<int64_t>(std::thread::hardware_concurrency()) / group->env().local_world_size);
   const int64_t threads = run.threads = util::configure_threads(want_threads);
+  const c10::Device device = run.device = training_device(t.device, group);
   torch::manual_seed(static_cast<uint64_t>(t.seed));
+  // Initialised on the CPU (the same weights on any device for a seed), then moved; the
+  // optimizer is made for the moved parameters.
   models::SequenceModel& model = run.model = models::SequenceModel(config.model);
+  model->to(device);
   auto& optimizer = run.optimizer = make_optimizer(model, t);
   int64_t& start = run.start;
   if (resumed) {
@@ -738,9 +774,13 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
   if (!writer) progress_options.out = dev_null();
   progress = std::make_unique<util::Progress>("train", t.max_steps, start, progress_options);
   const nn::Precision precision = run.precision = nn::parse_precision(t.precision);
-  say(fmt::format("seqmix train: {} ({}), {} parameters, {} threads{}, {}; {}; batch {}, {} steps{}",
-                  config.model.preset, config.model.size, config.model.num_parameters(), threads,
-                  group ? fmt::format(" per worker x {} workers (Gloo)", group->world_size()) : "",
+  say(fmt::format("seqmix train: {} ({}), {} parameters, {}{} threads{}, {}; {}; batch {}, {} "
+                  "steps{}",
+                  config.model.preset, config.model.size, config.model.num_parameters(),
+                  run.device.is_cpu() ? "" : run.device.str() + ", ", threads,
+                  group ? fmt::format(" per worker x {} workers ({})", group->world_size(),
+                                      group->backend_name())
+                        : "",
                   precision == nn::Precision::bf16
                       ? "bf16 mixed precision: " + util::onednn_description() + "; " +
                             util::blas_description() + " for fp32 products"
@@ -1094,6 +1134,12 @@ TrainResult train(const RunConfig& requested, const TrainOptions& options) {
   if (options.resume && options.overwrite)
     throw std::invalid_argument("`resume` continues the run in the folder and `overwrite` "
                                 "replaces it: give one of them");
+  // A device this machine lacks is refused before the run folder is touched.
+  try {
+    util::require_device(requested.train.device, "train.device");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
   util::check_path_text(options.out_dir, "`out_dir`");
   const fs::path out(options.out_dir);
   const fs::path ckpt_path = out / "checkpoint.pt";

@@ -14,6 +14,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include <torch/cuda.h>
+
 #include "seqmix/util/blas.h"
 #include "support/cli.h"
 #include "support/gradcheck.h"
@@ -220,6 +222,64 @@ TEST(Cli, Bf16TrainEvalGenerate) {
   r = run(resume + " --max-steps 32 --out " + dir + "/bf16 --resume");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("bf16 mixed precision"), std::string::npos) << r.output;
+}
+
+// --device / train.device: cpu trains, evaluates and generates as without it; a bad value
+// and a GPU this machine lacks are one error each, naming the flag, before the run folder
+// exists.
+TEST(Cli, DeviceFlag) {
+  const std::string dir = seqmix::testing::temp_dir("cli-device");
+  const std::string data = corpus(dir);
+  const std::string base =
+      "train --model weird-net --size tiny --max-len 32 --batch-size 4 --threads 1 --data " +
+      data;
+  const std::string common = base + " --max-steps 4";
+  auto r = run(common + " --device tpu --out " + dir + "/bad");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("train.device (--device): must be 'cpu', 'cuda' or 'cuda:N' (N a GPU "
+                          "index), got 'tpu'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad"));
+  r = run(common + " --device cpu --out " + dir + "/cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream toml(dir + "/cpu/config.toml");
+  const std::string stored((std::istreambuf_iterator<char>(toml)), {});
+  EXPECT_NE(stored.find("device = 'cpu'"), std::string::npos) << stored;
+  r = run("eval " + dir + "/cpu --threads 1 --device cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("generate " + dir + "/cpu --max-new-tokens 4 --threads 1 --device cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("eval " + dir + "/cpu --device cuda:x");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--device: must be 'cpu', 'cuda' or 'cuda:N'"), std::string::npos)
+      << r.output;
+  // A resume may move the run to another device (checkpoints hold CPU tensors).
+  r = run(base + " --max-steps 6 --device cpu --resume --out " + dir + "/cpu");
+  ASSERT_EQ(r.code, 0) << r.output;
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
+  const std::string no_gpu =
+      "train.device (--device) = 'cuda' but no CUDA device is available "
+      "(torch.cuda.is_available() is false)";
+  r = run(common + " --device cuda --out " + dir + "/gpu");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(no_gpu), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/gpu"));
+  // The launcher refuses it before it starts any worker.
+  r = run(common + " --device cuda --nproc-per-node 2 --out " + dir + "/gpu");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(no_gpu), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/gpu"));
+  r = run(base + " --max-steps 8 --device cuda --resume --out " + dir + "/cpu");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(no_gpu), std::string::npos) << r.output;
+  for (const std::string& cmd :
+       {"eval " + dir + "/cpu --device cuda", "generate " + dir + "/cpu --device cuda:0"}) {
+    r = run(cmd);
+    EXPECT_EQ(r.code, 1) << cmd;
+    EXPECT_NE(r.output.find("--device = 'cuda"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("no CUDA device is available"), std::string::npos) << r.output;
+  }
 }
 
 TEST(Cli, BpeTokenizerTrainEvalGenerate) {

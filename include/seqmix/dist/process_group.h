@@ -85,6 +85,15 @@ class ProcessGroup {
   const LaunchEnv& env() const { return env_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  /// Collectives on tensors of `device` from now on: with `nccl` and a CUDA `device` (this
+  /// rank's own GPU), through a c10d::ProcessGroupNCCL on the same store, made current with
+  /// c10::cuda::set_device; CPU tensors (and CUDA tensors otherwise) keep going through
+  /// Gloo, which copies CUDA tensors through the host. Every rank calls it alike, once.
+  /// @throws std::runtime_error when NCCL is asked for and this build has none
+  ///         (nccl_available() false), naming the alternatives.
+  void use_device(const c10::Device& device, bool nccl);
+  /// "NCCL" once use_device chose it, else "Gloo".
+  std::string backend_name() const;
   /// Sums `t` over all ranks in place (synchronously). `what` names the collective in errors.
   void all_reduce_sum(at::Tensor& t, const std::string& what);
   /// The element-wise maximum over all ranks, in place.
@@ -132,6 +141,9 @@ class ProcessGroup {
   int64_t sequence_ = 0;  ///< numbers the keys of agree / all_or_none / broadcast_bytes
 };
 
+/// Whether this build can make NCCL process groups (a CUDA PyTorch, and NCCL's and CUDA's
+/// headers found at build time).
+bool nccl_available();
 /// Heartbeat interval: a rank whose counter does not advance over three intervals is lost.
 std::chrono::milliseconds heartbeat_interval(std::chrono::milliseconds timeout);
 

@@ -32,8 +32,8 @@ class GradientReducer {
   /// `bucket_bytes` caps a bucket (DDP's bucket_cap_mb, default 25 MiB); the first bucket
   /// launched (the last parameters) is capped at `first_bucket_bytes` (DDP: 1 MiB) so that
   /// communication starts early.
-  /// @throws std::invalid_argument if a parameter is not a dense CPU float/double tensor or
-  ///         the sizes are not positive.
+  /// @throws std::invalid_argument if a parameter is not a dense CPU or CUDA float/double
+  ///         tensor or the sizes are not positive.
   GradientReducer(std::shared_ptr<ProcessGroup> group, const std::vector<at::Tensor>& params,
                   int64_t bucket_bytes = 25 << 20, int64_t first_bucket_bytes = 1 << 20);
   ~GradientReducer();

@@ -2,7 +2,7 @@
 /// @file precision.h
 /// Mixed-precision compute (train.precision, --precision): the usual recipe of PyTorch's
 /// `torch.autocast(device_type="cpu", dtype=torch.bfloat16)`, run through LibTorch's own CPU
-/// autocast, which seqmix only switches on and off.
+/// autocast (and CUDA autocast, for models on a GPU), which seqmix only switches on and off.
 ///
 /// With Precision::bf16, inside an AutocastGuard:
 ///   - parameters, their gradients and the optimizer state stay float32 (master weights);
@@ -58,6 +58,8 @@ class AutocastGuard {
   bool active_ = false;
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
+  bool prev_cuda_enabled_ = false;
+  at::ScalarType prev_cuda_dtype_ = at::kBFloat16;
 };
 
 }  // namespace seqmix::nn

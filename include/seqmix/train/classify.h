@@ -32,7 +32,11 @@ struct ClassBatch {
 ClassBatch collate(const std::vector<const data::LabelledSequence*>& examples, int64_t max_len,
                    int64_t pad_to_multiple = 1);
 
-/// Class logits [B, n_classes] of a batch (two-tower for cls_pair models).
+/// `batch`'s tensors on `device` (undefined ones stay undefined).
+ClassBatch to_device(const ClassBatch& batch, const c10::Device& device);
+
+/// Class logits [B, n_classes] of a batch (two-tower for cls_pair models), computed on the
+/// model's device (the batch is moved there).
 at::Tensor class_logits(models::SequenceModel& model, const ClassBatch& batch);
 
 /// The training order: epoch e visits the n examples in a permutation drawn from (seed, e)

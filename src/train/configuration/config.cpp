@@ -26,6 +26,7 @@
 #include "seqmix/models/mixer_registry.h"
 #include "seqmix/models/presets.h"
 #include "seqmix/train/configuration/task_presets.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/fields.h"
 #include "seqmix/util/memory.h"
 
@@ -161,6 +162,8 @@ const std::vector<Field<TrainConfig>>& train_fields() {
        util::one_of<T>(&T::nonfinite, {"stop", "skip"}), true},
       {"precision", &T::precision, "fp32 | bf16 (bfloat16 matrix products, fp32 weights)",
        util::one_of<T>(&T::precision, {"fp32", "bf16"}), true, "--precision"},
+      {"device", &T::device, "cpu | cuda | cuda:N (the device the run computes on)",
+       [](const T& t) { return util::device_error(t.device); }, true, "--device"},
   };
   return f;
 }
@@ -784,6 +787,8 @@ void RunConfig::check_resources(bool training) const {
          "must be at most " + std::to_string(4 * hw) + " (4x this machine's " +
              std::to_string(hw) + " hardware threads; 0: all of them), got " +
              std::to_string(train.threads));
+  // A stored configuration is evaluated on the device its command asks for, not this key's.
+  if (training) util::require_device(train.device, "train.device");
   const double physical = static_cast<double>(util::physical_memory_bytes());
   if (!training) {
     const double weights = model.num_parameters_approx() * 4;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "archive_check.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/paths.h"
 #include "seqmix/util/run_folder.h"
@@ -77,7 +78,39 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
   }
   return ar;
 }
+// Module::save with every tensor copied to the CPU first (a no-op for CPU tensors): the same
+// archive layout, readable where no GPU is.
+void save_on_cpu(const torch::nn::Module& module, torch::serialize::OutputArchive& ar) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false))
+    ar.write(p.key(), p.value().to(at::kCPU));
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    ar.write(b.key(), b.value().to(at::kCPU), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive child_ar(ar.compilation_unit());
+    save_on_cpu(*child.value(), child_ar);
+    ar.write(child.key(), child_ar);
+  }
+}
+
+// The device of the optimizer's first parameter (CPU if it has none).
+c10::Device optimizer_device(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params()) return p.device();
+  return c10::Device(c10::kCPU);
+}
 }  // namespace
+
+void move_optimizer_state(torch::optim::Optimizer& optimizer, const c10::Device& device) {
+  for (auto& entry : optimizer.state()) {
+    auto* s = dynamic_cast<torch::optim::AdamWParamState*>(entry.second.get());
+    if (!s) continue;
+    auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+    s->exp_avg(move(s->exp_avg()));
+    s->exp_avg_sq(move(s->exp_avg_sq()));
+    s->max_exp_avg_sq(move(s->max_exp_avg_sq()));
+  }
+}
 
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
@@ -100,11 +133,21 @@ void save_checkpoint(const std::string& path, models::SequenceModel& model,
     ar.write("tokenizer", bytes);
   }
   torch::serialize::OutputArchive model_ar;
-  model->save(model_ar);
+  save_on_cpu(*model, model_ar);
   ar.write("model", model_ar);
   if (optimizer) {
     torch::serialize::OutputArchive opt_ar;
-    optimizer->save(opt_ar);
+    // The optimizer writes its state as it holds it: on a GPU, a CPU copy for the file's
+    // sake, then back (checkpoints are rare; the copy costs one transfer of the moments).
+    const c10::Device device = optimizer_device(*optimizer);
+    if (!device.is_cpu()) move_optimizer_state(*optimizer, at::kCPU);
+    try {
+      optimizer->save(opt_ar);
+    } catch (...) {
+      if (!device.is_cpu()) move_optimizer_state(*optimizer, device);
+      throw;
+    }
+    if (!device.is_cpu()) move_optimizer_state(*optimizer, device);
     ar.write("optimizer", opt_ar);
     ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
   }
@@ -295,6 +338,15 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
   if (!archive_.try_read("model", stored_model) || !stored_model.isObject())
     throw std::runtime_error("checkpoint '" + path_ + "' holds no model weights");
   check_model_tensors(path_, stored_model, model);
+  // LibTorch's reader gives a parameter on another device than the stored tensor the stored
+  // tensor's data, so the file's CPU tensors go into the model on the CPU, then the model (and
+  // the optimizer's state) back to its device: torch.load's map_location.
+  const c10::Device device = util::module_device(*model);
+  if (!device.is_cpu()) {
+    model->to(at::kCPU);
+    if (optimizer) move_optimizer_state(*optimizer, at::kCPU);
+  }
+  // (A load that fails leaves a model to be discarded, wherever it is.)
   // Runs one of LibTorch's readers; what it throws (an "[enforce fail at ...]", "No such
   // serialized tensor", a state dict's group sizes) is replaced by our own wording.
   auto libtorch = [&](const char* what, const std::function<void()>& read) {
@@ -336,6 +388,10 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
     });
   }
   if (optimizer) check_optimizer_state(path_, *optimizer, model);
+  if (!device.is_cpu()) {
+    model->to(device);
+    if (optimizer) move_optimizer_state(*optimizer, device);
+  }
   return step.toInt();
 }
 

@@ -6,6 +6,7 @@
 #include "seqmix/nn/aib_attention.h"
 #include "seqmix/train/configuration/config.h"
 #include "seqmix/train/schedule.h"
+#include "seqmix/util/device.h"
 #include "support/gradcheck.h"
 #include "support/errors.h"
 
@@ -72,6 +73,45 @@ TEST(Config, ErrorsNameTheKey) {
   c.insert(at + 10, "1e30 # ");
   e = error_of([&] { train::RunConfig::from_toml(c, "dumped"); });
   EXPECT_NE(e.find("max_len' must be an integer"), std::string::npos) << e;
+}
+
+// train.device: cpu, cuda or cuda:N, parsed anywhere; a stored configuration from before the
+// key reads as "cpu"; resolving a configuration to train checks that the device is here.
+TEST(Config, TrainDevice) {
+  EXPECT_EQ(train::RunConfig{}.train.device, "cpu");
+  for (const char* ok : {"cpu", "cuda", "cuda:0", "cuda:7", "cuda:10"})
+    EXPECT_EQ(util::device_error(ok), "") << ok;
+  for (const char* bad :
+       {"gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:01", "cpu:0", "cuda:123456"}) {
+    const std::string set = std::string("train.device=") + bad;
+    const auto e = error_of([&] { train::resolve_config("", {set}); });
+    EXPECT_NE(e.find("train.device: must be 'cpu', 'cuda' or 'cuda:N' (N a GPU index), got '" +
+                     std::string(bad) + "'"),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_NE(util::device_error(""), "");
+  EXPECT_NE(util::device_error("cuda:0 "), "");
+  EXPECT_EQ(util::parse_device("cuda:3", "k"), c10::Device(c10::kCUDA, 3));
+  EXPECT_EQ(util::parse_device("cuda", "k"), c10::Device(c10::kCUDA, 0));
+  std::string old = train::RunConfig{}.to_toml();
+  const auto at = old.find("device = 'cpu'\n");
+  ASSERT_NE(at, std::string::npos) << old;
+  old.erase(at, std::string("device = 'cpu'\n").size());
+  EXPECT_EQ(train::RunConfig::from_toml(old, "old run").train.device, "cpu");
+  EXPECT_EQ(train::resolve_config("", {"train.device=cpu"}).train.device, "cpu");
+  if (!torch::cuda::is_available()) {
+    const auto e = error_of([&] { train::resolve_config("", {"train.device=cuda"}); });
+    EXPECT_NE(e.find("train.device = 'cuda' but no CUDA device is available "
+                     "(torch.cuda.is_available() is false)"),
+              std::string::npos)
+        << e;
+    // A stored configuration naming a GPU still parses (it is evaluated where --device says).
+    train::RunConfig gpu;
+    gpu.train.device = "cuda:1";
+    EXPECT_EQ(train::RunConfig::from_toml(gpu.to_toml(), "gpu run").train.device, "cuda:1");
+    EXPECT_NO_THROW(gpu.check_resources(false));
+  }
 }
 
 TEST(Config, OneSpellingPerKeyAndValue) {

@@ -99,6 +99,11 @@ struct TrainConfig {
   /// include/seqmix/nn/precision.h). Stored with the run: eval and generate use it unless
   /// told otherwise.
   std::string precision = "fp32";
+  /// The device the run computes on: "cpu", "cuda" (cuda:0) or "cuda:N" (util/device.h).
+  /// Checkpoints hold CPU tensors whatever it is, so a run may resume on another device
+  /// (the key may change on resume). With data-parallel workers, "cuda" gives each its own
+  /// GPU (cuda:LOCAL_RANK) and NCCL carries the gradients.
+  std::string device = "cpu";
 };
 
 struct RunConfig {
@@ -134,6 +139,7 @@ struct RunConfig {
 
   /// Checks the request against this machine, before anything is allocated:
   ///   - train.threads at most 4x the hardware threads (std::thread::hardware_concurrency);
+  ///   - training: train.device available here (util::require_device);
   ///   - training: estimate_training_memory().total() at most the physical memory, and a
   ///     generated task's examples (data.*_examples x the task's max_len x 4 bytes) too;
   ///     otherwise (evaluating or generating from a stored configuration) the fp32 weights,

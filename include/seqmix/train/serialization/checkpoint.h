@@ -15,11 +15,6 @@
 
 namespace seqmix::train {
 
-/// Writes the configuration, `step`, the weights, the optimizer and RNG state (if `optimizer`
-/// is given), the tokenizer (unless bytes) and `train_seconds`, the run's wall time so far
-/// (a resumed run continues counting from it).
-/// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
-///         any, is left as it was).
 /// What a run trained on, stored in its checkpoints so a resume can tell that the data
 /// changed: a hash of every training and held-out token (or task example) and their sizes.
 struct DataFingerprint {
@@ -27,6 +22,12 @@ struct DataFingerprint {
   std::string sizes;  ///< "90000 train and 10000 held-out bytes"
 };
 
+/// Writes the configuration, `step`, the weights, the optimizer and RNG state (if `optimizer`
+/// is given), the tokenizer (unless bytes) and `train_seconds`, the run's wall time so far
+/// (a resumed run continues counting from it). Tensors are written as CPU tensors whatever
+/// device the model and optimizer are on, so any machine can load the file.
+/// @throws std::runtime_error naming the path if it cannot be written (the previous file, if
+///         any, is left as it was).
 void save_checkpoint(const std::string& path, models::SequenceModel& model,
                      torch::optim::Optimizer* optimizer, const RunConfig& config, int64_t step,
                      const data::Tokenizer& tokenizer = data::Tokenizer::bytes(),
@@ -43,7 +44,9 @@ RunConfig read_checkpoint_config(const std::string& path);
 data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 
 /// Loads weights (and, if `optimizer` is given, the optimizer state and the RNG state) into a
-/// model built from read_checkpoint_config(path). Returns the step stored; if
+/// model built from read_checkpoint_config(path), on whatever device the model is (the file's
+/// CPU tensors are moved there, as torch.load's map_location does; the optimizer's state
+/// follows its parameters). Returns the step stored; if
 /// `train_seconds` is given, sets it to the run's wall time stored with it (0 for checkpoints
 /// written before seqmix recorded it).
 /// Loading is exact: every tensor stored for the model is one of its parameters or buffers
@@ -58,6 +61,10 @@ data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 ///         reading is not passed on: "is corrupt (LibTorch cannot load its optimizer state)".
 int64_t load_checkpoint(const std::string& path, models::SequenceModel& model,
                         torch::optim::Optimizer* optimizer, double* train_seconds = nullptr);
+
+/// Moves the per-parameter state of `optimizer` (AdamW's moments) to `device`. Module::to
+/// moves parameters but not what an optimizer holds for them.
+void move_optimizer_state(torch::optim::Optimizer& optimizer, const c10::Device& device);
 
 /// A checkpoint opened once: its archive is verified (zip structure, every entry's CRC-32,
 /// the archive format version), its contents are checked before LibTorch reads them (every
