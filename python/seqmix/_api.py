@@ -62,6 +62,35 @@ _PYTHON_WORDS = {"`resume`": "resume=True", "`overwrite`": "overwrite=True",
                  "`out_file`": "file", "`config_path`": "config"}
 
 
+def _device(device, name="device"):
+    """``device`` (a str or torch.device) as train.device names it: 'cpu', 'cuda' or
+    'cuda:N'. ValueError for anything else; RuntimeError for a CUDA device this machine
+    lacks, as the command line words it."""
+    if isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            dev = None
+    elif isinstance(device, torch.device):
+        dev = device
+    else:
+        raise TypeError(f"{name}: expected a str or torch.device, got {type(device).__name__}")
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index):
+        raise ValueError(f"{name}: must be 'cpu', 'cuda' or 'cuda:N' (N a GPU index), "
+                         f"got {str(device)!r}")
+    if dev.type == "cpu":
+        return "cpu"
+    text = "cuda" if dev.index is None else f"cuda:{dev.index}"
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{name} = {text!r} but no CUDA device is available "
+                           "(torch.cuda.is_available() is false); use 'cpu'")
+    count = torch.cuda.device_count()
+    if (dev.index or 0) >= count:
+        raise RuntimeError(f"{name} = {text!r} but this machine has {count} CUDA "
+                           f"device{'' if count == 1 else 's'}")
+    return text
+
+
 def _python_words(message):
     for library, python in _PYTHON_WORDS.items():
         message = message.replace(library, python)
@@ -347,7 +376,7 @@ class Model(_nn.SequenceModel):
         (or ``data``, a corpus name or text file, ``split`` 'valid' or 'test'), scored with the
         training objective over non-overlapping windows of max_len, in ``precision`` ("fp32"
         or "bf16"; default: the run's train.precision), by the library's evaluator on a
-        copy of the weights.
+        copy of the weights, on the model's device.
 
         Returns:
             dict with split, loss (nats per token), perplexity, bpc (bits per byte of text),
@@ -366,7 +395,7 @@ class Model(_nn.SequenceModel):
         with autocast:
             return _C.evaluate(cpp, self._run_config, self.tokenizer,
                                os.fspath(data) if data is not None else "", split or "",
-                               batch_size)
+                               batch_size, str(self.tok_emb.weight.device))
 
     def save(self, run_dir: Union[str, os.PathLike], *, step: int = 0,
              overwrite: bool = False) -> None:
@@ -410,7 +439,7 @@ class Model(_nn.SequenceModel):
 def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Optional[str] = None,
           config: Optional[Union[str, os.PathLike]] = None,
           tokenizer: Optional[Union[str, os.PathLike]] = None, seed: Optional[int] = None,
-          **overrides: Any) -> Model:
+          device: Optional[Union[str, torch.device]] = None, **overrides: Any) -> Model:
     """A new, randomly initialised model, configured as ``seqmix train`` would configure it:
     the preset, then ``size``, then a TOML file (``config``), then the tokenizer, then the
     overrides.
@@ -428,6 +457,9 @@ def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Option
         tokenizer: 'bytes' (default) or a SentencePiece model file; sets vocab_size.
         seed: seeds torch's generator before the weights are drawn and sets ``train.seed``
             (as ``seqmix train --seed`` does); None draws from the generator's current state.
+        device: 'cpu', 'cuda', 'cuda:N' or a torch.device: the weights are drawn on the CPU
+            (the same for a seed on any device), then moved there; sets ``train.device``.
+            None: the CPU (or the configuration's train.device when it names one).
         overrides: model keys by name (``d_model=128, n_layers=2, max_len=512``), a mixer
             section as a dict (``aib={"weights": "exp"}``), or any dotted key
             (``**{"train.lr": 1e-3}``).
@@ -437,8 +469,12 @@ def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Option
 
     Raises:
         ValueError / RuntimeError naming the key, value or file that is wrong (an unknown
-        preset or key, a value out of range, an unreadable tokenizer).
+        preset or key, a value out of range, an unreadable tokenizer); ValueError for a
+        device that is not 'cpu', 'cuda' or 'cuda:N', RuntimeError for a GPU this machine
+        lacks.
     """
+    if device is not None:
+        device = _device(device)
     if not isinstance(preset, str):
         raise TypeError(f"preset: expected a str, got {type(preset).__name__}")
     request = [f"model.preset={preset}"]
@@ -454,6 +490,8 @@ def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Option
         # Recorded as train.seed too, so that a saved run resumes with the seed it was built with.
         request.append(f"train.seed={_int('seed', seed)}")
     request += _overrides(overrides)
+    if device is not None:
+        request.append(_override("train.device", device))
     # The library resolves the configuration (and validates it); its C++ model is dropped
     # without touching torch's generator, and the Python model draws the weights, in the
     # C++ model's order and distributions.
@@ -463,7 +501,11 @@ def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Option
                                           request)
     if seed is not None:
         torch.manual_seed(seed)
-    return Model(run_config, tok)
+    model = Model(run_config, tok)
+    stored = model.config["train"].get("device", "cpu")
+    if device is None and stored != "cpu":
+        device = _device(stored, "train.device")
+    return model.to(device) if device is not None else model
 
 
 def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
@@ -471,6 +513,7 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
           config: Optional[Union[str, os.PathLike]] = None,
           tokenizer: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
           overwrite: bool = False, dist_timeout: float = 60.0, allow_data_change: bool = False,
+          device: Optional[Union[str, torch.device]] = None,
           **overrides: Any) -> Dict[str, Any]:
     """Trains a run into the folder ``out`` in this process, exactly as ``seqmix train``
     (the library's trainer: AdamW, schedule, clipping, evaluations, atomic checkpoints,
@@ -489,6 +532,9 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
             configuration comes from the checkpoint and only overrides apply.
         allow_data_change: with ``resume``, go on although the training or held-out data
             differ from those the checkpoint recorded (refused otherwise, naming the sizes).
+        device: 'cpu', 'cuda', 'cuda:N' or a torch.device: ``train.device`` (None: the
+            configuration's, 'cpu' unless set; resuming, the checkpoint's). Checked before
+            the run folder is touched.
 
     Returns:
         dict with steps, train_loss, loss, perplexity, bpc (held-out), seconds, rank,
@@ -507,6 +553,8 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
     if allow_data_change and not resume:
         raise ValueError("allow_data_change: applies to resume=True only")
     _float("dist_timeout", dist_timeout, 1.0, 86400.0)
+    if device is not None:
+        device = _device(device)
     request = []
     for name, value in (("preset", preset), ("size", size), ("task", task)):
         if value is None:
@@ -516,6 +564,8 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
         key = {"preset": "model.preset", "size": "model.size", "task": "data.task"}[name]
         request.append(_override(key, value))
     request += _overrides(overrides)
+    if device is not None:
+        request.append(_override("train.device", device))
     try:
         out_json = _C.train_run(os.fspath(out), os.fspath(config) if config is not None else "",
                                 os.fspath(tokenizer) if tokenizer is not None else "", request,
@@ -528,7 +578,8 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
 def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
          size: Optional[str] = None, task: Optional[str] = None,
          config: Optional[Union[str, os.PathLike]] = None,
-         tokenizer: Optional[Union[str, os.PathLike]] = None, **overrides: Any) -> Model:
+         tokenizer: Optional[Union[str, os.PathLike]] = None,
+         device: Optional[Union[str, torch.device]] = None, **overrides: Any) -> Model:
     """A trained model from a run folder, a checkpoint file, a ``seqmix export`` file or
     folder (``from_pretrained``), or a bare state dict saved from Python
     (``torch.save(model.state_dict(), f)``, a dict or an OrderedDict); in eval mode, with the
@@ -539,13 +590,21 @@ def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
     overrides), and the state dict must fit that model exactly (names, shapes, float32 or
     float64 values, all finite).
 
+    The weights are read onto the CPU (files hold CPU tensors, whatever device trained them)
+    and moved to ``device`` ('cpu', 'cuda', 'cuda:N' or a torch.device; None: the CPU).
+
     Raises:
         FileNotFoundError for a path that does not exist; ValueError for configuration
         arguments given with a run or export (which bring their own) or missing for a bare
         state dict, and for non-finite or non-float values; RuntimeError naming the path and
         what is wrong: corrupt, or a parameter whose name or shape the model does not have.
     """
-    path = os.fspath(path)
+    target = _device(device) if device is not None else None
+    model = _load(os.fspath(path), preset, size, task, config, tokenizer, overrides)
+    return model.to(target) if target not in (None, "cpu") else model
+
+
+def _load(path, preset, size, task, config, tokenizer, overrides):
     kind = _C.model_file_kind(path)  # the CLI's judgement; never opens a FIFO or device
     if kind == "missing":
         raise FileNotFoundError(f"{path}: no such run folder or file")

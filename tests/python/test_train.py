@@ -52,3 +52,53 @@ def test_bad_train_arguments_raise(tmp_path, corpus):
     with pytest.raises((ValueError, RuntimeError), match="d_modle"):
         seqmix.train(tmp_path / "x", "weird-net", "tiny", d_modle=3)
     assert not os.path.exists(tmp_path / "x" / "checkpoint.pt")
+
+
+def test_device_arguments(tmp_path, corpus):
+    # A device is 'cpu', 'cuda' or 'cuda:N' (a str or torch.device), checked before anything
+    # is built or written.
+    import torch
+    for bad in ("tpu", "cuda:x", "cpu:1", "", "cuda:-1"):
+        with pytest.raises(ValueError, match="must be 'cpu', 'cuda' or 'cuda:N'"):
+            seqmix.build("weird-net", "tiny", device=bad)
+        with pytest.raises(ValueError, match="must be 'cpu', 'cuda' or 'cuda:N'"):
+            seqmix.train(tmp_path / "bad", "weird-net", "tiny", device=bad)
+    with pytest.raises(TypeError, match="device"):
+        seqmix.build("weird-net", "tiny", device=0)
+    model = seqmix.build("weird-net", "tiny", device=torch.device("cpu"), seed=1)
+    assert model.tok_emb.weight.device.type == "cpu"
+    assert model.config["train"]["device"] == "cpu"
+    if torch.cuda.is_available():
+        return
+    for cuda in ("cuda", "cuda:0", torch.device("cuda", 1)):
+        with pytest.raises(RuntimeError, match=r"no CUDA device is available \(torch\.cuda\."
+                                               r"is_available\(\) is false\)"):
+            seqmix.build("weird-net", "tiny", device=cuda)
+        with pytest.raises(RuntimeError, match="no CUDA device is available"):
+            seqmix.train(tmp_path / "gpu", "weird-net", "tiny", device=cuda,
+                         **train_overrides(corpus))
+    # The library's own check, for a device given as a key: before the run folder exists.
+    with pytest.raises((ValueError, RuntimeError), match="train.device"):
+        seqmix.train(tmp_path / "gpu", "weird-net", "tiny",
+                     **{**train_overrides(corpus), "train.device": "cuda"})
+    assert not os.path.exists(tmp_path / "gpu")
+    assert not os.path.exists(tmp_path / "bad")
+
+
+def test_cpu_run_loads_onto_the_cpu(tmp_path, corpus):
+    # device='cpu' trains as before; the run's checkpoint holds CPU tensors and loads back
+    # with device='cpu' (the checkpoint's tensors are read onto the CPU, then moved).
+    import torch
+    r = seqmix.train(tmp_path / "run", "weird-net", "tiny", device="cpu",
+                     **train_overrides(corpus))
+    assert r["steps"] > 0
+    with open(tmp_path / "run" / "config.toml") as f:
+        assert "device = 'cpu'" in f.read()
+    model = seqmix.load(tmp_path / "run", device="cpu")
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert abs(model.evaluate()["bpc"] - r["bpc"]) < 1e-4
+    with pytest.raises(ValueError, match="must be 'cpu', 'cuda' or 'cuda:N'"):
+        seqmix.load(tmp_path / "run", device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device is available"):
+            seqmix.load(tmp_path / "run", device="cuda")
