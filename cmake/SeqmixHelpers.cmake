@@ -1,6 +1,7 @@
 # Warnings for our own targets (not for third-party headers, which come in as system includes).
 function(seqmix_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Wno-unused-parameter>")
 endfunction()
 
 # seqmix_add_test(name source...): one GoogleTest binary, registered per test case with CTest.
@@ -59,14 +60,29 @@ endfunction()
 # Inside a mixer's mixer.cmake: its sources (paths relative to its folder), built with
 # libseqmix's precompiled header ...
 macro(seqmix_mixer_sources)
+  if(NOT SEQMIX_OPS_ONLY)
+    foreach(f ${ARGN})
+      target_sources(seqmix PRIVATE ${SEQMIX_MIXER_DIR}/${f})
+    endforeach()
+  endif()
+endmacro()
+# ... its operators' sources (schemas, references, registrations), which also make up the
+# operators-only library (SEQMIX_OPS_ONLY: SEQMIX_OPS_TARGET is seqmix_ops) ...
+macro(seqmix_mixer_op_sources)
   foreach(f ${ARGN})
-    target_sources(seqmix PRIVATE ${SEQMIX_MIXER_DIR}/${f})
+    target_sources(${SEQMIX_OPS_TARGET} PRIVATE ${SEQMIX_MIXER_DIR}/${f})
+  endforeach()
+endmacro()
+# ... its CUDA sources (built only with CUDA: CMakeLists.txt, cmake/SeqmixCuda.cmake) ...
+macro(seqmix_mixer_cuda_sources)
+  foreach(f ${ARGN})
+    set_property(GLOBAL APPEND PROPERTY SEQMIX_CUDA_SOURCES ${SEQMIX_MIXER_DIR}/${f})
   endforeach()
 endmacro()
 # ... and its plain C++ sources without LibTorch (a kernel's run-time dispatch), which skip it.
 macro(seqmix_mixer_plain_sources)
   foreach(f ${ARGN})
-    target_sources(seqmix PRIVATE ${SEQMIX_MIXER_DIR}/${f})
+    target_sources(${SEQMIX_OPS_TARGET} PRIVATE ${SEQMIX_MIXER_DIR}/${f})
     set_source_files_properties(${SEQMIX_MIXER_DIR}/${f} PROPERTIES SKIP_PRECOMPILE_HEADERS ON
                                 COMPILE_OPTIONS "-Wno-psabi")
   endforeach()
@@ -108,5 +124,7 @@ void add_builtin_op_cases(std::vector<ops::OpCase>& cases) {
 
 }  // namespace seqmix::mixers
 ")
-  target_sources(seqmix PRIVATE ${out})
+  if(NOT SEQMIX_OPS_ONLY)
+    target_sources(seqmix PRIVATE ${out})
+  endif()
 endfunction()

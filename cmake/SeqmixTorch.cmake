@@ -49,16 +49,36 @@ if(NOT SEQMIX_TORCH_VERSION OR SEQMIX_TORCH_VERSION VERSION_LESS SEQMIX_TORCH_MI
 endif()
 
 # PyPI's torch wheels for Linux are CUDA builds. Their CMake package re-creates the CUDA
-# targets of libtorch_cuda from a CUDA toolkit (nvcc, libcudart.so) and fails without one;
-# the CPU build needs none of it: the CUDA runtime libraries the wheel's own libraries load
-# come from the environment (nvidia/*/lib, through the wheel's RPATH). public/cuda.cmake
-# returns early when torch::cudart exists, so an empty one stands in for it where no CUDA
-# compiler was asked for.
-if(NOT TARGET torch::cudart AND NOT CMAKE_CUDA_COMPILER)
+# targets of libtorch_cuda from a CUDA toolkit with CMake's old FindCUDA (nvcc, libcudart.so
+# at a toolkit's paths) and fails without one. seqmix needs none of it: TORCH_LIBRARIES still
+# names libtorch_cuda and libc10_cuda, the CUDA runtime libraries they load come from the
+# environment (nvidia/*/lib, through the wheel's RPATH), and seqmix's own CUDA sources get
+# the CUDA runtime LibTorch loads (SEQMIX_TORCH_CUDART below). public/cuda.cmake
+# returns early when torch::cudart exists, so an empty one always stands in for it.
+if(NOT TARGET torch::cudart)
   add_library(torch::cudart INTERFACE IMPORTED)
 endif()
 find_package(Torch ${SEQMIX_TORCH_MIN_VERSION} REQUIRED)
 get_filename_component(SEQMIX_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+
+# NCCL's header and the CUDA runtime's, from the wheels that PyPI's torch depends on
+# (site-packages/nvidia/nccl, nvidia/cu13), for c10d's ProcessGroupNCCL.hpp: data-parallel
+# CUDA runs reduce through NCCL (src/dist/process_group.cpp; the library itself is inside
+# libtorch_cuda). Empty where the environment has neither.
+get_filename_component(_seqmix_site "${SEQMIX_TORCH_LIB_DIR}/../.." ABSOLUTE)
+# The CUDA runtime that LibTorch loads (the wheel's nvidia/cu13), for seqmix's own CUDA
+# sources to link: one runtime in the process, found wherever the toolkit keeps its own.
+find_library(SEQMIX_TORCH_CUDART NAMES libcudart.so.13 libcudart.so.12 cudart
+             PATHS "${_seqmix_site}/nvidia/cu13/lib" "${_seqmix_site}/nvidia/cuda_runtime/lib"
+             NO_DEFAULT_PATH)
+set(SEQMIX_NCCL_INCLUDE_DIRS "")
+if(EXISTS "${_seqmix_site}/nvidia/nccl/include/nccl.h")
+  foreach(_d nvidia/nccl/include nvidia/cu13/include)
+    if(EXISTS "${_seqmix_site}/${_d}")
+      list(APPEND SEQMIX_NCCL_INCLUDE_DIRS "${_seqmix_site}/${_d}")
+    endif()
+  endforeach()
+endif()
 
 # The wheel's libraries are built with a newer GCC against an older libstdc++ and carry the
 # parts of the C++ library that the old one lacks (std::filesystem among them), exported.
@@ -84,7 +104,7 @@ if(NOT TARGET seqmix::openmp)
                NO_DEFAULT_PATH REQUIRED)
   add_library(seqmix::openmp INTERFACE IMPORTED)
   set_target_properties(seqmix::openmp PROPERTIES
-    INTERFACE_COMPILE_OPTIONS "-fopenmp"
+    INTERFACE_COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CXX>:-fopenmp>"
     INTERFACE_LINK_OPTIONS "$<$<CXX_COMPILER_ID:Clang>:-fopenmp>"
     INTERFACE_LINK_LIBRARIES "${SEQMIX_TORCH_GOMP}")
 endif()

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Sets up (apt packages, data), builds everything, runs the unit tests, checks the Python
-# package as pip builds and installs it (tests/packaging/), then builds and runs examples/
-# against an installed copy (scripts/examples.sh).
+# Sets up (apt packages, data), builds everything, compiles the CUDA sources, runs the unit
+# tests, checks the Python package as pip builds and installs it (tests/packaging/), then
+# builds and runs examples/ against an installed copy (scripts/examples.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 bash scripts/setup.sh
 bash scripts/build.sh
+# The CUDA sources, compiled with nvcc from PyPI (these machines cannot run them).
+bash scripts/cuda-compile-check.sh
 cd build
 # ctest runs two test programs at once on two cores. OpenMP's default spin-waiting makes a
 # two-thread LibTorch program crawl when the other core is busy (measured: 3.3 vs 186 steps/s

@@ -62,6 +62,11 @@ _PYTHON_WORDS = {"`resume`": "resume=True", "`overwrite`": "overwrite=True",
                  "`out_file`": "file", "`config_path`": "config"}
 
 
+# util/device.h words it the same way.
+_NO_CUDA_KERNELS = ("this seqmix was built without its CUDA kernels (CMake SEQMIX_CUDA=off, or "
+                    "no nvcc or no CUDA PyTorch when it was built: docs/CUDA.md)")
+
+
 def _device(device, name="device"):
     """``device`` (a str or torch.device) as train.device names it: 'cpu', 'cuda' or
     'cuda:N'. ValueError for anything else; RuntimeError for a CUDA device this machine
@@ -88,6 +93,9 @@ def _device(device, name="device"):
     if (dev.index or 0) >= count:
         raise RuntimeError(f"{name} = {text!r} but this machine has {count} CUDA "
                            f"device{'' if count == 1 else 's'}")
+    from ._ext import _C
+    if not _C.CUDA_KERNELS:
+        raise RuntimeError(f"{name} = {text!r} but {_NO_CUDA_KERNELS}")
     return text
 
 

@@ -3,6 +3,7 @@
 
 #include "bindings.h"
 #include "seqmix/generate/sampler.h"
+#include "seqmix/ops/common.h"
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/paths.h"
 
@@ -12,6 +13,9 @@ PYBIND11_MODULE(_C, m) {
   // torch.__version__ of the environment it was compiled in (python/CMakeLists.txt).
   m.attr("TORCH_VERSION") = SEQMIX_TORCH_BUILD_VERSION;
   m.attr("MAX_NEW_TOKENS") = seqmix::generate::kMaxNewTokens;
+  // Whether libseqmix holds the CUDA kernels (docs/CUDA.md): without them no model runs on a
+  // GPU, and device='cuda' is refused.
+  m.attr("CUDA_KERNELS") = seqmix::ops::cuda_kernels_built();
   // LibTorch's checks (TORCH_CHECK) throw c10::Error, whose what() carries a C++ backtrace:
   // Python users get the message alone, as the exception type Python code expects. Local:
   // it applies to this module's functions only (pybind11's global list is shared with

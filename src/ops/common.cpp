@@ -25,4 +25,12 @@ std::string to_string(Direction direction) {
   return direction == Direction::causal ? "causal" : "bidirectional";
 }
 
+bool cuda_kernels_built() {
+#ifdef SEQMIX_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace seqmix::ops

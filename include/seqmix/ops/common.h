@@ -44,4 +44,9 @@ Direction parse_direction(const std::string& name);
 /// "causal" | "bidirectional".
 std::string to_string(Direction direction);
 
+/// Whether this libseqmix holds the CUDA kernels of aib_scan and ces_scan (built with
+/// SEQMIX_CUDA=auto|on where nvcc and a CUDA PyTorch were found; cmake/SeqmixCuda.cmake).
+/// Without them those ops have no CUDA implementation, and a model cannot run on a GPU.
+bool cuda_kernels_built();
+
 }  // namespace seqmix::ops

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "seqmix/ops/common.h"
+
 namespace seqmix::util {
 
 /// What is wrong with `text` as a device name, as "must be ..., got ..." (empty: fine).
@@ -39,7 +41,8 @@ inline c10::Device parse_device(const std::string& text, const std::string& key)
 }
 
 /// parse_device, then checked against this machine: CUDA needs a LibTorch with CUDA and a
-/// visible GPU (torch::cuda::is_available()), cuda:N a GPU index below the device count.
+/// visible GPU (torch::cuda::is_available()), libseqmix's CUDA kernels
+/// (ops::cuda_kernels_built()), and cuda:N a GPU index below the device count.
 /// @throws std::invalid_argument "<key> = 'cuda' but no CUDA device is available
 ///         (torch.cuda.is_available() is false)", or naming the index and the count.
 inline c10::Device require_device(const std::string& text, const std::string& key) {
@@ -49,6 +52,11 @@ inline c10::Device require_device(const std::string& text, const std::string& ke
     throw std::invalid_argument(key + " = '" + text +
                                 "' but no CUDA device is available (torch.cuda.is_available() "
                                 "is false); use 'cpu'");
+  if (!ops::cuda_kernels_built())
+    throw std::invalid_argument(key + " = '" + text +
+                                "' but this seqmix was built without its CUDA kernels (CMake "
+                                "SEQMIX_CUDA=off, or no nvcc or no CUDA PyTorch when it was "
+                                "built: docs/CUDA.md)");
   const auto count = static_cast<int64_t>(torch::cuda::device_count());
   if (device.index() >= count)
     throw std::invalid_argument(key + " = '" + text + "' but this machine has " +

@@ -26,4 +26,18 @@ void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, 
 at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                            const at::Tensor& mask, Direction direction, AIBWeights weights);
 
+/// log W [max(K, 1), D] as the fused kernels take it (K = levels for L = A's length), in their
+/// arithmetic type: float32 for bfloat16 A, A's dtype otherwise. The parameterisation of W
+/// stays outside the kernels: aib_grad_w_from_log maps the gradient of log W back onto w.
+at::Tensor aib_log_weights(const at::Tensor& w, const at::Tensor& a, AIBWeights weights);
+at::Tensor aib_grad_w_from_log(const at::Tensor& glw, const at::Tensor& w, AIBWeights weights);
+
+/// The gradients (dA, dV, dw; dw empty when w is undefined) of aib_scan_stable for the output
+/// gradient `grad`, by autograd through its ATen ops, whatever the caller's grad mode and
+/// dispatch state: the backward of the fused kernels (CPU and CUDA) where their fast
+/// arithmetic cannot answer exactly.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_stable_backward(
+    const at::Tensor& grad, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+    const at::Tensor& mask, Direction direction, AIBWeights weights);
+
 }  // namespace seqmix::ops

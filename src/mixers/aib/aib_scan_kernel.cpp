@@ -13,6 +13,56 @@
 
 namespace seqmix::ops {
 
+at::Tensor aib_log_weights(const at::Tensor& w, const at::Tensor& a, AIBWeights weights) {
+  switch (weights) {
+    case AIBWeights::prefix_exp:
+      return at::cumsum(detail::widen(w), 0).contiguous();
+    case AIBWeights::exp:
+      return detail::widen(w).contiguous();
+    case AIBWeights::ones:
+      break;
+  }
+  const int64_t K = a.size(1) > 1 ? aib_num_levels(a.size(1)) : 0;
+  return at::zeros({std::max<int64_t>(1, K), a.size(2)},
+                   a.options().dtype(detail::is_bf16(a) ? at::kFloat : a.scalar_type()));
+}
+
+// The gradient of w from that of log W: the adjoint of cumsum is the reversed cumsum.
+at::Tensor aib_grad_w_from_log(const at::Tensor& glw, const at::Tensor& w, AIBWeights weights) {
+  if (!w.defined()) return at::empty({0}, glw.options());
+  switch (weights) {
+    case AIBWeights::prefix_exp:
+      return glw.flip({0}).cumsum(0).flip({0}).to(w.scalar_type());
+    case AIBWeights::exp:
+      return glw.to(w.scalar_type());
+    case AIBWeights::ones:
+      break;
+  }
+  return at::zeros_like(w);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_stable_backward(
+    const at::Tensor& grad, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+    const at::Tensor& mask, Direction direction, AIBWeights weights) {
+  c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  local.excluded_ = local.excluded_ - c10::autograd_dispatch_keyset_with_ADInplaceOrView;
+  const c10::impl::ForceDispatchKeyGuard with_autograd(local);
+  const at::AutoGradMode grad_mode(true);
+  const at::Tensor ad = a.detach().requires_grad_(), vd = v.detach().requires_grad_();
+  const at::Tensor wd = w.defined() ? w.detach().requires_grad_() : w;
+  std::vector<at::Tensor> wrt{ad, vd};
+  if (wd.defined()) wrt.push_back(wd);
+  const at::Tensor o = aib_scan_stable(ad, vd, wd, mask, direction, weights);
+  const auto g = torch::autograd::grad({o}, wrt, {grad.to(o.scalar_type())},
+                                       /*retain_graph=*/false, /*create_graph=*/false,
+                                       /*allow_unused=*/true);
+  auto or_zeros = [](const at::Tensor& gi, const at::Tensor& like) {
+    return gi.defined() ? gi : at::zeros_like(like);
+  };
+  return {or_zeros(g[0], a), or_zeros(g[1], v),
+          wd.defined() ? or_zeros(g[2], w) : at::empty({0}, a.options())};
+}
+
 namespace {
 
 int64_t levels_for(int64_t L) { return L > 1 ? aib_num_levels(L) : 0; }
@@ -67,36 +117,6 @@ bool within_kernel_range(const at::Tensor& a) {
   return lo.item<double>() > -kKernelRange && hi.item<double>() < kKernelRange;
 }
 
-// log W [max(K, 1), D] as the kernel takes it, in its arithmetic type (float32 for bfloat16
-// A). The parameterisation of W stays outside the kernel: backward maps the gradient of log W
-// back onto w (grad_w_from_log).
-at::Tensor log_weights(const at::Tensor& w, const at::Tensor& a, AIBWeights weights) {
-  switch (weights) {
-    case AIBWeights::prefix_exp:
-      return at::cumsum(detail::widen(w), 0).contiguous();
-    case AIBWeights::exp:
-      return detail::widen(w).contiguous();
-    case AIBWeights::ones:
-      break;
-  }
-  return at::zeros({std::max<int64_t>(1, levels_for(a.size(1))), a.size(2)},
-                   a.options().dtype(detail::is_bf16(a) ? at::kFloat : a.scalar_type()));
-}
-
-// The gradient of w from that of log W: the adjoint of cumsum is the reversed cumsum.
-at::Tensor grad_w_from_log(const at::Tensor& glw, const at::Tensor& w, AIBWeights weights) {
-  if (!w.defined()) return at::empty({0}, glw.options());
-  switch (weights) {
-    case AIBWeights::prefix_exp:
-      return glw.flip({0}).cumsum(0).flip({0}).to(w.scalar_type());
-    case AIBWeights::exp:
-      return glw.to(w.scalar_type());
-    case AIBWeights::ones:
-      break;
-  }
-  return at::zeros_like(w);
-}
-
 AIBWeights weights_arg(c10::string_view s) { return aib_weights_arg("aib_scan", s); }
 
 // The kernel's mask argument: none is an empty tensor.
@@ -116,7 +136,7 @@ at::Tensor aib_scan_cpu(const at::Tensor& a_in, const at::Tensor& v_in,
   aib_check_inputs("aib_scan", a_in, v_in, w, mask, direction, weights);
   if (!within_kernel_range(a_in)) return aib_scan_stable(a_in, v_in, w, mask, direction, weights);
   const at::Tensor a = a_in.contiguous(), v = v_in.contiguous();
-  const at::Tensor lw = log_weights(w, a, weights), m = kernel_mask(mask);
+  const at::Tensor lw = aib_log_weights(w, a, weights), m = kernel_mask(mask);
   const bool bidirectional = direction == Direction::bidirectional;
   at::Tensor o = at::empty_like(a, at::MemoryFormat::Contiguous);
   if (a.numel() == 0) return o;
@@ -136,30 +156,6 @@ at::Tensor aib_scan_cpu(const at::Tensor& a_in, const at::Tensor& v_in,
   return o;
 }
 
-// Outside the kernel's range the gradient is that of aib_scan_stable, by autograd through
-// its ATen ops -- whatever the caller's grad mode and dispatch state.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> stable_backward(
-    const at::Tensor& grad, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-    const at::Tensor& mask, Direction direction, AIBWeights weights) {
-  c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
-  local.excluded_ = local.excluded_ - c10::autograd_dispatch_keyset_with_ADInplaceOrView;
-  const c10::impl::ForceDispatchKeyGuard with_autograd(local);
-  const at::AutoGradMode grad_mode(true);
-  const at::Tensor ad = a.detach().requires_grad_(), vd = v.detach().requires_grad_();
-  const at::Tensor wd = w.defined() ? w.detach().requires_grad_() : w;
-  std::vector<at::Tensor> wrt{ad, vd};
-  if (wd.defined()) wrt.push_back(wd);
-  const at::Tensor o = aib_scan_stable(ad, vd, wd, mask, direction, weights);
-  const auto g = torch::autograd::grad({o}, wrt, {grad.to(o.scalar_type())},
-                                       /*retain_graph=*/false, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
-  auto or_zeros = [](const at::Tensor& gi, const at::Tensor& like) {
-    return gi.defined() ? gi : at::zeros_like(like);
-  };
-  return {or_zeros(g[0], a), or_zeros(g[1], v),
-          wd.defined() ? or_zeros(g[2], w) : at::empty({0}, a.options())};
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_backward_cpu(
     const at::Tensor& grad_in, const at::Tensor& a_in, const at::Tensor& v_in,
     const std::optional<at::Tensor>& w_opt, const std::optional<at::Tensor>& mask_opt,
@@ -169,9 +165,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_backward_cpu(
   const at::Tensor w = detail::or_undefined(w_opt), mask = detail::or_undefined(mask_opt);
   aib_check_inputs("_aib_scan_backward", a_in, v_in, w, mask, direction, weights);
   if (!within_kernel_range(a_in))
-    return stable_backward(grad_in, a_in, v_in, w, mask, direction, weights);
+    return aib_scan_stable_backward(grad_in, a_in, v_in, w, mask, direction, weights);
   const at::Tensor a = a_in.contiguous(), v = v_in.contiguous();
-  const at::Tensor lw = log_weights(w, a, weights), m = kernel_mask(mask);
+  const at::Tensor lw = aib_log_weights(w, a, weights), m = kernel_mask(mask);
   const bool bidirectional = direction == Direction::bidirectional;
   const at::Tensor go = grad_in.to(a.scalar_type()).contiguous();
   at::Tensor ga = at::empty_like(a), gv = at::empty_like(v), glw = at::zeros_like(lw);
@@ -200,7 +196,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_backward_cpu(
     ga.zero_();
     gv.zero_();
   }
-  return {ga, gv, grad_w_from_log(glw, w, weights)};
+  return {ga, gv, aib_grad_w_from_log(glw, w, weights)};
 }
 
 // ---- Meta: shapes and dtypes only (fake tensors, torch.compile, torch.export) ----
@@ -282,7 +278,7 @@ at::Tensor aib_scan_autograd(const at::Tensor& a, const at::Tensor& v,
   return AIBScanFunction::apply(a, v, w, mask, std::string(direction), std::string(weights));
 }
 
-// ---- AutocastCPU: the op computes in the dtypes its contract names (common.h) ----
+// ---- AutocastCPU and AutocastCUDA: the op computes in the dtypes its contract names (common.h) ----
 
 at::Tensor aib_scan_autocast(const at::Tensor& a, const at::Tensor& v,
                              const std::optional<at::Tensor>& w,
@@ -308,6 +304,8 @@ TORCH_LIBRARY_IMPL(seqmix, Meta, m) {
 TORCH_LIBRARY_IMPL(seqmix, Autograd, m) { m.impl("aib_scan", &aib_scan_autograd); }
 
 TORCH_LIBRARY_IMPL(seqmix, AutocastCPU, m) { m.impl("aib_scan", &aib_scan_autocast); }
+
+TORCH_LIBRARY_IMPL(seqmix, AutocastCUDA, m) { m.impl("aib_scan", &aib_scan_autocast); }
 
 at::Tensor aib_scan_kernel(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                            const at::Tensor& mask, Direction direction, AIBWeights weights) {

@@ -245,13 +245,39 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
+// ---- CUDA: PyTorch's scaled_dot_product_attention ----
+// On CUDA the op is SDPA, which picks FlashAttention (bfloat16, no key mask) or the
+// memory-efficient kernel (with a mask, or float32), autograd included: PyTorch's own kernels
+// are what a GPU user has. A key mask becomes a boolean attn_mask; a query that sees no key
+// at all (the CPU kernel's and the reference's output 0) is let see every key, so that SDPA
+// stays finite, and its output is then multiplied by 0 (its gradients are 0 too).
+at::Tensor attention_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const std::optional<at::Tensor>& key_mask_opt,
+                          c10::string_view direction_s) {
+  const at::Tensor key_mask = detail::or_undefined(key_mask_opt);
+  check_inputs("attention", q, k, v, key_mask);
+  const bool causal = detail::direction_arg("attention", direction_s) == Direction::causal;
+  if (!key_mask.defined())
+    return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, causal);
+  const int64_t B = q.size(0), L = q.size(2);
+  at::Tensor allowed = key_mask.view({B, 1, 1, L});
+  if (causal)
+    allowed = allowed.logical_and(
+        at::ones({L, L}, q.options().dtype(at::kBool)).tril().view({1, 1, L, L}));
+  const at::Tensor has_key = allowed.any(-1, true);
+  const at::Tensor o = at::scaled_dot_product_attention(
+      q, k, v, allowed.logical_or(has_key.logical_not()), 0.0, false);
+  return o * has_key.to(o.scalar_type());
+}
+
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::optional<at::Tensor>& key_mask,
                               c10::string_view direction) {
+  if (q.is_cuda()) return attention_sdpa(q, k, v, key_mask, direction);
   return AttentionFunction::apply(q, k, v, key_mask, std::string(direction));
 }
 
-// ---- AutocastCPU: the op computes in the dtypes its contract names (common.h) ----
+// ---- AutocastCPU and AutocastCUDA: the op computes in the dtypes its contract names (common.h) ----
 
 at::Tensor attention_autocast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::optional<at::Tensor>& key_mask,
@@ -355,5 +381,10 @@ TORCH_LIBRARY_IMPL(seqmix, Meta, m) {
 TORCH_LIBRARY_IMPL(seqmix, Autograd, m) { m.impl("attention", &attention_autograd); }
 
 TORCH_LIBRARY_IMPL(seqmix, AutocastCPU, m) { m.impl("attention", &attention_autocast); }
+
+// Below autograd (inference mode): the same SDPA call.
+TORCH_LIBRARY_IMPL(seqmix, CUDA, m) { m.impl("attention", &attention_sdpa); }
+
+TORCH_LIBRARY_IMPL(seqmix, AutocastCUDA, m) { m.impl("attention", &attention_autocast); }
 
 }  // namespace seqmix::ops

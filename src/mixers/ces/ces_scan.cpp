@@ -12,6 +12,7 @@
 #include "ops/dispatch.h"
 #include "ops/double_backward.h"
 #include "ops/low_precision.h"
+#include "ces_scan_internal.h"
 #include "cpu/ces_scan_kernel.h"
 
 namespace seqmix::ops {
@@ -30,28 +31,6 @@ void check_param(const char* fn, const char* name, const at::Tensor& t,
   TORCH_CHECK(detail::activation_dtype_ok(t.scalar_type()), fn, ": ", name,
               " must be float32, float64 or bfloat16, got ", t.scalar_type());
 }
-
-void check_scan(const char* fn, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
-                const at::Tensor& mask, Direction direction) {
-  TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
-              x.defined() ? x.sym_sizes() : c10::SymIntArrayRef{});
-  TORCH_CHECK(detail::activation_dtype_ok(x.scalar_type()), fn,
-              ": x must be float32, float64 or bfloat16, got ", x.scalar_type());
-  const c10::SymInt C = direction == Direction::bidirectional ? 2 * x.sym_size(2) : x.sym_size(2);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"mu", mu}, {"c", c}}) {
-    check_param(fn, name, t, C);
-    TORCH_CHECK(detail::param_dtype_fits(t.scalar_type(), x.scalar_type()), fn, ": ", name,
-                " dtype ", t.scalar_type(), " does not go with x dtype ", x.scalar_type(),
-                " (the same dtype, or float32 with bfloat16 x)");
-    TORCH_CHECK(t.device() == x.device(), fn, ": ", name, " is on ", t.device(), " but x on ",
-                x.device());
-  }
-  if (mask.defined())
-    TORCH_CHECK(mask.device() == x.device(), fn, ": mask is on ", mask.device(), " but x on ",
-                x.device());
-  detail::check_padding_mask(fn, mask, x.sym_size(0), x.sym_size(1));
-}
-
 
 at::Tensor re(const at::Tensor& z) { return z.select(1, 0); }
 at::Tensor im(const at::Tensor& z) { return z.select(1, 1); }
@@ -113,7 +92,7 @@ at::Tensor ces_scan_cpu(const at::Tensor& x_in, const at::Tensor& mu_in, const a
                         const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
   const at::Tensor mask = detail::or_undefined(mask_opt);
   const Direction dir = detail::direction_arg("ces_scan", direction);
-  check_scan("ces_scan", x_in, mu_in, c_in, mask, dir);
+  ces_check_scan("ces_scan", x_in, mu_in, c_in, mask, dir);
   // bfloat16 x goes into the kernel as it is (read and written in bfloat16, computed in
   // float32); its coefficients are widened to float32.
   const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
@@ -136,7 +115,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cpu(
     const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
   const at::Tensor mask = detail::or_undefined(mask_opt);
   const Direction dir = detail::direction_arg("_ces_scan_backward", direction);
-  check_scan("_ces_scan_backward", x_in, mu_in, c_in, mask, dir);
+  ces_check_scan("_ces_scan_backward", x_in, mu_in, c_in, mask, dir);
   const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
   const at::Tensor c = detail::widen(c_in).contiguous();
   const at::Tensor m = mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
@@ -166,7 +145,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cpu(
 
 at::Tensor ces_scan_meta(const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
                          const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  check_scan("ces_scan", x, mu, c, detail::or_undefined(mask),
+  ces_check_scan("ces_scan", x, mu, c, detail::or_undefined(mask),
              detail::direction_arg("ces_scan", direction));
   return at::empty_like(x, at::MemoryFormat::Contiguous);
 }
@@ -174,7 +153,7 @@ at::Tensor ces_scan_meta(const at::Tensor& x, const at::Tensor& mu, const at::Te
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_meta(
     const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
     const std::optional<at::Tensor>& mask, c10::string_view direction) {
-  check_scan("_ces_scan_backward", x, mu, c, detail::or_undefined(mask),
+  ces_check_scan("_ces_scan_backward", x, mu, c, detail::or_undefined(mask),
              detail::direction_arg("_ces_scan_backward", direction));
   (void)grad;
   return {at::empty_like(x, at::MemoryFormat::Contiguous),
@@ -244,6 +223,28 @@ at::Tensor reference_op(const at::Tensor& x, const at::Tensor& mu, const at::Ten
 
 }  // namespace
 
+void ces_check_scan(const char* fn, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
+                const at::Tensor& mask, Direction direction) {
+  TORCH_CHECK(x.defined() && x.dim() == 3, fn, ": x must be [B, L, H], got ",
+              x.defined() ? x.sym_sizes() : c10::SymIntArrayRef{});
+  TORCH_CHECK(detail::activation_dtype_ok(x.scalar_type()), fn,
+              ": x must be float32, float64 or bfloat16, got ", x.scalar_type());
+  const c10::SymInt C = direction == Direction::bidirectional ? 2 * x.sym_size(2) : x.sym_size(2);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"mu", mu}, {"c", c}}) {
+    check_param(fn, name, t, C);
+    TORCH_CHECK(detail::param_dtype_fits(t.scalar_type(), x.scalar_type()), fn, ": ", name,
+                " dtype ", t.scalar_type(), " does not go with x dtype ", x.scalar_type(),
+                " (the same dtype, or float32 with bfloat16 x)");
+    TORCH_CHECK(t.device() == x.device(), fn, ": ", name, " is on ", t.device(), " but x on ",
+                x.device());
+  }
+  if (mask.defined())
+    TORCH_CHECK(mask.device() == x.device(), fn, ": mask is on ", mask.device(), " but x on ",
+                x.device());
+  detail::check_padding_mask(fn, mask, x.sym_size(0), x.sym_size(1));
+}
+
+
 CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor& log_alpha,
                                  const at::Tensor& log_beta, double max_lambda, bool normalize) {
   const char* fn = "ces_coefficients";
@@ -284,7 +285,7 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 
 at::Tensor ces_scan_reference(const at::Tensor& x, const CESCoefficients& coef,
                               const at::Tensor& mask, Direction direction) {
-  check_scan("ces_scan_reference", x, coef.mu, coef.c, mask, direction);
+  ces_check_scan("ces_scan_reference", x, coef.mu, coef.c, mask, direction);
   const detail::AutocastOff autocast_off;
   if (detail::is_bf16(x))
     return ces_scan_reference(detail::widen(x),
@@ -366,5 +367,7 @@ TORCH_LIBRARY_IMPL(seqmix, Meta, m) {
 TORCH_LIBRARY_IMPL(seqmix, Autograd, m) { m.impl("ces_scan", &ces_scan_autograd); }
 
 TORCH_LIBRARY_IMPL(seqmix, AutocastCPU, m) { m.impl("ces_scan", &ces_scan_autocast); }
+
+TORCH_LIBRARY_IMPL(seqmix, AutocastCUDA, m) { m.impl("ces_scan", &ces_scan_autocast); }
 
 }  // namespace seqmix::ops

@@ -170,6 +170,29 @@ at::Tensor causal_mean_autograd(const at::Tensor& x, int64_t window,
   return CausalMeanFunction::apply(x, window, mask);
 }
 
+// ---- CUDA: ATen ops (the reference and its transpose) ----
+// The causal mean is the ablation's mixer, not a hot path: on CUDA it runs as the reference,
+// and its backward as the reference's transpose, dx_s = valid_s sum_{t in [s, s + window)}
+// g_t / |S(b, t)|.
+
+at::Tensor causal_mean_cuda(const at::Tensor& x, int64_t window,
+                            const std::optional<at::Tensor>& mask) {
+  check_inputs("causal_mean", x, window, ops::detail::or_undefined(mask));
+  return causal_mean_reference(x, window, mask).contiguous();
+}
+
+at::Tensor causal_mean_backward_cuda(const at::Tensor& grad, const at::Tensor& x_in,
+                                     int64_t window, const std::optional<at::Tensor>& mask) {
+  const at::Tensor m = ops::detail::or_undefined(mask);
+  check_inputs("_causal_mean_backward", x_in, window, m);
+  const at::Tensor x = ops::detail::widen(x_in);
+  const at::Tensor valid = valid_of(x, m);
+  const at::Tensor g = grad.to(x.scalar_type()) * inverse_counts(valid, window).unsqueeze(-1);
+  return (window_sum(g.flip({1}), window).flip({1}) * valid.unsqueeze(-1))
+      .to(x_in.scalar_type())
+      .contiguous();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(seqmix, m) {
@@ -190,6 +213,11 @@ TORCH_LIBRARY_IMPL(seqmix, CPU, m) {
 TORCH_LIBRARY_IMPL(seqmix, Meta, m) {
   m.impl("causal_mean", &causal_mean_meta);
   m.impl("_causal_mean_backward", &causal_mean_backward_meta);
+}
+
+TORCH_LIBRARY_IMPL(seqmix, CUDA, m) {
+  m.impl("causal_mean", &causal_mean_cuda);
+  m.impl("_causal_mean_backward", &causal_mean_backward_cuda);
 }
 
 TORCH_LIBRARY_IMPL(seqmix, Autograd, m) { m.impl("causal_mean", &causal_mean_autograd); }
