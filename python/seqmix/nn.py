@@ -30,42 +30,11 @@ import torch
 
 from ._ext import _C  # noqa: F401  (loads libseqmix: registers torch.ops.seqmix.*)
 from . import _layers
+from ._dispatcher import DispatcherOps as _DispatcherOps
 
 __all__ = ["AIBAttention", "SelfAttention", "CES", "ESMLP", "Extractor", "CausalMean",
            "FeedForward", "Block", "SequenceModel", "DecodingState", "ces_coefficients",
            "aib_level_weights", "aib_lag_weights", "aib_num_levels"]
-
-
-def _op(name, impl):
-    return getattr(torch.ops.seqmix, name if impl == "kernel" else name + "_reference")
-
-
-class _DispatcherOps:
-    """The layers' ops: torch.ops.seqmix.<op> (impl 'kernel') or <op>_reference."""
-
-    @staticmethod
-    def aib_scan(a, v, w, mask, direction, weights, impl):
-        return _op("aib_scan", impl)(a, v, w, mask, direction, weights)
-
-    @staticmethod
-    def ces_scan(x, mu, c, mask, direction, impl):
-        return _op("ces_scan", impl)(x, mu, c, mask, direction)
-
-    @staticmethod
-    def attention(q, k, v, mask, direction, impl):
-        return _op("attention", impl)(q, k, v, mask, direction)
-
-    @staticmethod
-    def attention_reference(q, k, v, mask, direction, dropout):
-        return torch.ops.seqmix.attention_reference(q, k, v, mask, direction, dropout)
-
-    @staticmethod
-    def extractor_conv(x, w, impl):
-        return _op("extractor_conv", impl)(x, w)
-
-    @staticmethod
-    def causal_mean(x, window, mask, impl):
-        return _op("causal_mean", impl)(x, window, mask)
 
 
 globals().update(_layers.bind(_DispatcherOps, __name__))

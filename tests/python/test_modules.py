@@ -28,7 +28,10 @@ def tokens(B=2, L=24, V=256, seed=0):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_same_weights_and_logits_as_the_cpp_model(preset):
     # The same seed draws the same weights in the same order as the C++ model, and the
-    # Python forward gives the C++ forward's logits exactly.
+    # Python forward gives the C++ forward's logits. Not always bit for bit: LibTorch's
+    # linear computes x W^T + b as one fused GEMM for the Python layers and as a product
+    # then an addition for the C++ ones on some machines (seen on an AVX512-BF16 machine,
+    # 2e-6 apart once the biases are non-zero), so the logits agree to float32 rounding.
     m = seqmix.build(preset, "tiny", seed=11)
     torch.manual_seed(11)
     cpp = _C.model_from_config(m._run_config)
@@ -37,13 +40,13 @@ def test_same_weights_and_logits_as_the_cpp_model(preset):
     for name in cs:
         assert torch.equal(cs[name], ps[name]), name
     x = tokens()
-    torch.testing.assert_close(m(x), _C.model_forward(cpp, x, None), rtol=0, atol=0)
+    torch.testing.assert_close(m(x), _C.model_forward(cpp, x, None), rtol=1e-5, atol=1e-5)
     # State dicts load both ways.
     with torch.no_grad():
         for p in m.parameters():
             p.add_(0.01)
     _C.load_state_dict(cpp, list(m.state_dict().items()), "test")
-    torch.testing.assert_close(m(x), _C.model_forward(cpp, x, None), rtol=0, atol=0)
+    torch.testing.assert_close(m(x), _C.model_forward(cpp, x, None), rtol=1e-5, atol=1e-5)
     other = seqmix.build(preset, "tiny", seed=12)
     other.load_state_dict(_cpp_state(cpp))
     torch.testing.assert_close(other(x), m(x), rtol=0, atol=0)
