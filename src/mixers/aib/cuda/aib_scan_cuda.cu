@@ -170,22 +170,47 @@ __device__ void block_channel_sum(double* red, double value, int nseq, int seq, 
   __syncthreads();
 }
 
+// A tile-pass thread's place: channel c (sequence seq of CG in its block) of tile r of batch b,
+// positions lane, lane + kLanes, ... of the block's 2T-position buffers.
+template <typename acc_t>
+struct TilePlace {
+  static constexpr int CG = channels_per_block<acc_t>();
+  static constexpr int kLanes = kThreads / CG;
+  static constexpr int kPer = (2 << kMaxTileBits) / kLanes;
+  int seq, lane, n;
+  int64_t r, b, c;
+  bool active;
+
+  template <typename Args>
+  __device__ explicit TilePlace(const Args& s)
+      : seq(threadIdx.x % CG), lane(threadIdx.x / CG), n(2 * s.T), r(blockIdx.x),
+        b(blockIdx.z), c(int64_t(blockIdx.y) * CG + threadIdx.x % CG), active(c < s.D) {}
+};
+
+// The low levels 0 .. last - 1 over the tile buffers in shared memory, in place.
+template <typename scalar_t, typename acc_t>
+__device__ void low_levels(const ScanArgs<scalar_t, acc_t>& s, const TilePlace<acc_t>& p,
+                           acc_t* h, acc_t* u, int last) {
+  using TP = TilePlace<acc_t>;
+  for (int j = 0; j < last; ++j)
+    level<TP::kPer>(h, u, TP::CG, p.seq, p.lane, TP::kLanes, p.n, 1 << j,
+                    level_weight(s.lw, s.D, p.c, j, p.active), false);
+}
+
 // ---- Pass 1, forward: z = S_lo x per tile ----
 // grid (R, ceil(D / CG), B); shared: h and u over the tile and the T positions before it.
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kThreads)
     tile_forward(ScanArgs<scalar_t, acc_t> s) {
-  constexpr int CG = channels_per_block<acc_t>();
-  constexpr int kLanes = kThreads / CG;
-  constexpr int kPer = (2 << kMaxTileBits) / kLanes;
+  const TilePlace<acc_t> p(s);
+  constexpr int CG = TilePlace<acc_t>::CG, kLanes = TilePlace<acc_t>::kLanes;
+  const int seq = p.seq, lane = p.lane, n = p.n;
+  const int64_t b = p.b, c = p.c;
+  const bool active = p.active;
   extern __shared__ unsigned char smem_raw[];
   acc_t* sh = reinterpret_cast<acc_t*>(smem_raw);
-  const int n = 2 * s.T;
   acc_t* su = sh + n * CG;
-  const int seq = threadIdx.x % CG, lane = threadIdx.x / CG;
-  const int64_t r = blockIdx.x, b = blockIdx.z, c = int64_t(blockIdx.y) * CG + seq;
-  const bool active = c < s.D;
-  const int64_t base = r * s.T - s.T;
+  const int64_t base = p.r * s.T - s.T;
   for (int i = lane; i < n; i += kLanes) {
     acc_t h = 0, u = 0;
     if (active) load_x(s, b, c, base + i, h, u);
@@ -193,9 +218,7 @@ __global__ void __launch_bounds__(kThreads)
     su[i * CG + seq] = u;
   }
   __syncthreads();
-  for (int j = 0; j < s.m; ++j)
-    level<kPer>(sh, su, CG, seq, lane, kLanes, n, 1 << j, level_weight(s.lw, s.D, c, j, active),
-                false);
+  low_levels(s, p, sh, su, s.m);
   if (!active) return;
   for (int i = s.T + lane; i < n; i += kLanes) {
     const int64_t at = (b * int64_t(s.R) * s.T + base + i) * s.D + c;
@@ -368,18 +391,17 @@ __global__ void __launch_bounds__(kThreads)
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kThreads)
     tile_backward(ScanArgs<scalar_t, acc_t> s) {
-  constexpr int CG = channels_per_block<acc_t>();
-  constexpr int kLanes = kThreads / CG;
-  constexpr int kPer = (2 << kMaxTileBits) / kLanes;
+  const TilePlace<acc_t> p(s);
+  constexpr int CG = TilePlace<acc_t>::CG, kLanes = TilePlace<acc_t>::kLanes;
+  constexpr int kPer = TilePlace<acc_t>::kPer;
+  const int seq = p.seq, lane = p.lane, n = p.n, count = n * CG;
+  const int64_t r = p.r, b = p.b, c = p.c;
+  const bool active = p.active;
   extern __shared__ unsigned char smem_raw[];
-  const int n = 2 * s.T, count = n * CG;
   acc_t* x0h = reinterpret_cast<acc_t*>(smem_raw);
   acc_t *x0u = x0h + count, *xwh = x0u + count, *xwu = xwh + count, *yh = xwu + count,
         *yu = yh + count;
   double* red = reinterpret_cast<double*>(yu + count);
-  const int seq = threadIdx.x % CG, lane = threadIdx.x / CG;
-  const int64_t r = blockIdx.x, b = blockIdx.z, c = int64_t(blockIdx.y) * CG + seq;
-  const bool active = c < s.D;
   const int64_t start = r * s.T, RT = int64_t(s.R) * s.T;
   for (int i = lane; i < n; i += kLanes) {
     acc_t h = 0, u = 0;
@@ -387,10 +409,10 @@ __global__ void __launch_bounds__(kThreads)
     x0h[i * CG + seq] = h;
     x0u[i * CG + seq] = u;
     acc_t dh = 0, du = 0;
-    const int64_t p = start + i;
-    if (active && p < RT) {
-      dh = s.zh[(b * RT + p) * s.D + c];
-      du = s.zu[(b * RT + p) * s.D + c];
+    const int64_t pos = start + i;
+    if (active && pos < RT) {
+      dh = s.zh[(b * RT + pos) * s.D + c];
+      du = s.zu[(b * RT + pos) * s.D + c];
     }
     yh[i * CG + seq] = dh;
     yu[i * CG + seq] = du;
@@ -402,9 +424,7 @@ __global__ void __launch_bounds__(kThreads)
     const int shift = 1 << j;
     const acc_t w = level_weight(s.lw, s.D, c, j, active);
     copy_buffers(xwh, xwu, x0h, x0u, count);
-    for (int i = 0; i < j; ++i)
-      level<kPer>(xwh, xwu, CG, seq, lane, kLanes, n, 1 << i,
-                  level_weight(s.lw, s.D, c, i, active), false);
+    low_levels(s, p, xwh, xwu, j);
     double part = 0;
     for (int i = lane; i < s.T; i += kLanes) {  // the tile's positions
       const int xi = i + s.T - shift;
@@ -419,9 +439,9 @@ __global__ void __launch_bounds__(kThreads)
   if (!active) return;
   bool bad = false;
   for (int i = lane; i < s.T; i += kLanes) {
-    const int64_t p = start + i;
-    if (p >= s.L) break;
-    const int64_t q = physical(s, c, p);
+    const int64_t pos = start + i;
+    if (pos >= s.L) break;
+    const int64_t q = physical(s, c, pos);
     acc_t ga = 0, gv = 0;
     if (valid_at(s, b, q)) {
       const acc_t eh = x0h[(i + s.T) * CG + seq], eu = x0u[(i + s.T) * CG + seq];
