@@ -296,15 +296,28 @@ void dispatch(const at::Tensor& x, F&& f) {
   }
 }
 
+// The op's arguments, checked, as the kernels take them: x and the mask contiguous, the
+// coefficients widened to the arithmetic type (float32 for bfloat16 x).
+struct Inputs {
+  Direction dir;
+  at::Tensor x, mu, c, mask;
+};
+
+Inputs inputs(const char* fn, const at::Tensor& x, const at::Tensor& mu, const at::Tensor& c,
+              const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
+  const at::Tensor mask = detail::or_undefined(mask_opt);
+  const Direction dir = detail::direction_arg(fn, direction);
+  ces_check_scan(fn, x, mu, c, mask, dir);
+  return {dir, x.contiguous(), detail::widen(mu).contiguous(), detail::widen(c).contiguous(),
+          mask.defined() ? mask.contiguous() : mask};
+}
+
 at::Tensor ces_scan_cuda(const at::Tensor& x_in, const at::Tensor& mu_in, const at::Tensor& c_in,
                          const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
-  const at::Tensor mask_arg = detail::or_undefined(mask_opt);
-  const Direction dir = detail::direction_arg("ces_scan", direction);
-  ces_check_scan("ces_scan", x_in, mu_in, c_in, mask_arg, dir);
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
-  const at::Tensor c = detail::widen(c_in).contiguous();
-  const at::Tensor mask = mask_arg.defined() ? mask_arg.contiguous() : mask_arg;
+  const Inputs in = inputs("ces_scan", x_in, mu_in, c_in, mask_opt, direction);
+  const at::Tensor &x = in.x, &mu = in.mu, &c = in.c, &mask = in.mask;
+  const Direction dir = in.dir;
   at::Tensor y = at::empty_like(x);
   if (x.numel() == 0) return y;
   dispatch(x, [&](auto s_tag, auto a_tag) {
@@ -318,13 +331,10 @@ at::Tensor ces_scan_cuda(const at::Tensor& x_in, const at::Tensor& mu_in, const 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ces_scan_backward_cuda(
     const at::Tensor& grad, const at::Tensor& x_in, const at::Tensor& mu_in, const at::Tensor& c_in,
     const std::optional<at::Tensor>& mask_opt, c10::string_view direction) {
-  const at::Tensor mask_arg = detail::or_undefined(mask_opt);
-  const Direction dir = detail::direction_arg("_ces_scan_backward", direction);
-  ces_check_scan("_ces_scan_backward", x_in, mu_in, c_in, mask_arg, dir);
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous(), mu = detail::widen(mu_in).contiguous();
-  const at::Tensor c = detail::widen(c_in).contiguous();
-  const at::Tensor mask = mask_arg.defined() ? mask_arg.contiguous() : mask_arg;
+  const Inputs in = inputs("_ces_scan_backward", x_in, mu_in, c_in, mask_opt, direction);
+  const at::Tensor &x = in.x, &mu = in.mu, &c = in.c, &mask = in.mask;
+  const Direction dir = in.dir;
   const at::Tensor g = grad.to(x.scalar_type()).contiguous();
   const bool bidir = dir == Direction::bidirectional;
   at::Tensor gx = at::empty_like(x);
