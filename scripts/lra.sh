@@ -79,6 +79,8 @@ for task in $TASKS; do
   # shellcheck disable=SC2206
   cmd+=($EXTRA)
   echo "lra: ${cmd[*]}"
+  # The command goes into results.jsonl with the task's cells (quoted as a shell would).
+  printf '%q ' "${cmd[@]}" | sed 's/ $//' >"$OUT/$task.command"
   # The logs sit beside the compare folder.
   if "${cmd[@]}" >"$OUT/$task.stdout.jsonl" 2>"$OUT/$task.stderr.log"; then
     :
@@ -90,8 +92,9 @@ done
 # The table: one row per model, one column per task. Test accuracy in percent, mean +- sd
 # over the seeds; "=" marks a model tied with the task's best (gap under 3 standard errors),
 # "*" the best; one seed orders nothing. The last row is each task's chance level, the test
-# split's majority class (the runs' "test_majority"). $OUT/results.jsonl holds the cells,
-# scripts/lra-table.py prints them and draws $OUT/lra.png.
+# split's majority class (the runs' "test_majority"). $OUT/results.jsonl holds the cells
+# (with each seed's figure, the chance bound of `seqmix compare`, the verdict against every
+# other model and the command), scripts/lra-table.py prints them and draws $OUT/lra.png.
 "$PYTHON" - "$OUT" "$TASKS" <<'EOF'
 import glob, json, os, sys
 out, tasks = sys.argv[1], sys.argv[2].split()
@@ -104,12 +107,22 @@ results = []
 for task in tasks:
     summary = lines(os.path.join(out, task, "summary.jsonl"))
     pairs = lines(os.path.join(out, task, "pairs.jsonl"))
-    rows = {}
+    rows, extra = {}, {}
     for s in summary:
         if "values" in s:  # several seeds
             rows[s["name"]] = (s["mean"], s["sd"], len(s["values"]))
+            extra[s["name"]] = {"seed_ids": s.get("seeds"), "seed_values": s["values"]}
+            for key in ("chance_bound", "at_chance"):
+                if key in s:
+                    extra[s["name"]][key] = s[key]
         elif "test_accuracy" in s:  # one seed: the compare folder's per-model lines
             rows[s["name"]] = (s["test_accuracy"], 0.0, 1)
+            extra[s["name"]] = {"seed_ids": [s.get("seed")],
+                              "seed_values": [s["test_accuracy"]]}
+    command = None
+    if os.path.exists(os.path.join(out, task + ".command")):
+        with open(os.path.join(out, task + ".command")) as f:
+            command = f.read().strip()
     # Every model of a task scores the same test split: any run's majority fraction will do.
     chance = None
     for path in [os.path.join(out, task, "summary.jsonl")] + sorted(glob.glob(
@@ -123,9 +136,23 @@ for task in tasks:
             tied.add(p["b"] if p["a"] == best else p["a"])
     for name, (mean, sd, n) in rows.items():
         mark = "*" if name == best and n > 1 else "=" if name in tied and n > 1 else ""
-        results.append({"task": task, "name": name, "test_accuracy_mean": mean,
-                        "test_accuracy_sd": sd, "seeds": n, "mark": mark,
-                        "test_majority": chance})
+        cell = {"task": task, "name": name, "test_accuracy_mean": mean,
+                "test_accuracy_sd": sd, "seeds": n, "mark": mark, "test_majority": chance}
+        cell.update(extra.get(name, {}))
+        # Verdicts against every other model of the task (compare's pairs.jsonl: "a" / "b" /
+        # "tie" / "undecided" / "not comparable"), from this model's side.
+        verdicts = {}
+        for p in pairs:
+            if name in (p["a"], p["b"]):
+                other = p["b"] if p["a"] == name else p["a"]
+                v = p["verdict"]
+                verdicts[other] = (v if v in ("tie", "undecided", "not comparable")
+                                   else "better" if p[v] == name else "worse")
+        if verdicts:
+            cell["verdicts"] = verdicts
+        if command:
+            cell["command"] = command
+        results.append(cell)
 with open(os.path.join(out, "results.jsonl.tmp"), "w") as f:
     for r in results:
         f.write(json.dumps(r) + "\n")

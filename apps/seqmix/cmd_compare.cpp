@@ -74,13 +74,16 @@ int run_compare(CompareFlags& f) {
                r.summaries.front().metric, r.summaries.front().values.size(),
                pct ? ", percent" : "");
     for (const auto& s : r.summaries)
-      fmt::print(stderr, "  {:<24} {:9.4f} +- {:.4f}\n", s.name, s.mean * k, s.sd * k);
+      fmt::print(stderr, "  {:<24} {:9.4f} +- {:.4f}{}\n", s.name, s.mean * k, s.sd * k,
+                 s.at_chance ? fmt::format("  at chance (<= {:.2f})", s.chance_bound * k) : "");
     for (const auto& p : r.pairs)
       fmt::print(stderr, "  {} vs {}: gap {:+.4f}, se {:.4f}: {}\n", p.a, p.b, p.gap * k,
                  p.se * k,
-                 p.verdict == "tie"         ? "tie (gap under 3 standard errors)"
-                 : p.verdict == "undecided" ? "undecided (one seed)"
-                                            : (p.verdict == "a" ? p.a : p.b) + " is better");
+                 p.verdict == "tie"         ? std::string("tie (gap under 3 standard errors)")
+                 : p.verdict == "undecided" ? std::string("undecided (one seed)")
+                 : p.verdict == "not comparable"
+                     ? std::string("not comparable (a model at chance)")
+                     : (p.verdict == "a" ? p.a : p.b) + " is better");
   }
   if (!r.plot.empty()) fmt::print(stderr, "compare: plot written to '{}'\n", r.plot);
   return 0;
@@ -103,7 +106,8 @@ Command add_compare(CLI::App& app) {
   cmd->add_option("--seeds", f->options.seeds,
                   "training seeds per model: train.seed, train.seed + 1, ... (1 to 100); "
                   "with more than one, mean +- sd per model and a verdict per pair, where a "
-                  "gap under 3 standard errors is a tie")
+                  "gap under 3 standard errors is a tie and a classifier at chance (test "
+                  "accuracy <= majority class + 5 binomial SE) is not comparable")
       ->capture_default_str();
   cmd->add_option("--bucket", f->options.bucket,
                   "batches per median/quartile bucket (default: max(1, max_steps / 20))");

@@ -365,6 +365,25 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
   EXPECT_DOUBLE_EQ(task_rows[0].value("test_majority", 0.0), most / 4.0) << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("bpc")) << task_rows[0].dump();
   EXPECT_FALSE(task_rows[0].contains("perplexity")) << task_rows[0].dump();
+  EXPECT_EQ(task_rows[0].value("test_examples", 0), 4) << task_rows[0].dump();
+  // Two seeds of two models after two steps: both at chance (the bound is the majority class
+  // plus 5 binomial standard errors over the test split), so no pair is ordered.
+  r = run("compare --out " + dir + "/seeds --task listops --set data.train_examples=8 "
+          "--set data.valid_examples=4 --set data.test_examples=20 --batch-size 2 "
+          "--max-steps 2 --threads 1 --seeds 2 --run 'a=weird-net-a' --run 'b=etsmlp'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto seed_lines = json_lines(r.output);
+  ASSERT_EQ(seed_lines.size(), 3u) << r.output;  // two summaries, one pair
+  for (int i = 0; i < 2; ++i) {
+    const auto& s = seed_lines[i];
+    const double p = s.at("chance").get<double>();
+    EXPECT_GT(p, 0) << s.dump();
+    EXPECT_NEAR(s.at("chance_bound").get<double>(), p + 5 * std::sqrt(p * (1 - p) / 20), 1e-12)
+        << s.dump();
+    EXPECT_TRUE(s.at("at_chance").get<bool>()) << s.dump();
+  }
+  EXPECT_EQ(seed_lines[2].at("verdict"), "not comparable") << seed_lines[2].dump();
+  EXPECT_NE(r.output.find("not comparable (a model at chance)"), std::string::npos) << r.output;
   r = run("compare --out " + dir + "/cmp2 --run 'x=transformer model.no_such_key=1'");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("no_such_key"), std::string::npos) << r.output;

@@ -124,10 +124,12 @@ def test_lra_sh_table_step_reads_compare_folders(tmp_path):
         {"name": "b", "metric": "test_accuracy", "values": [0.345, 0.35, 0.355], "mean": 0.35 - 1e-4,
          "sd": 0.005},
         {"name": "c", "metric": "test_accuracy", "values": [0.16, 0.17, 0.18], "mean": 0.17,
-         "sd": 0.01}])
+         "sd": 0.01, "seeds": [1337, 1338, 1339], "chance": 0.158, "chance_bound": 0.2,
+         "at_chance": True}])
     write_lines(out / "listops" / "pairs.jsonl", [
-        {"a": "a", "b": "b", "verdict": "tie"}, {"a": "a", "b": "c", "verdict": "a"},
-        {"a": "b", "b": "c", "verdict": "b"}])
+        {"a": "a", "b": "b", "verdict": "tie"}, {"a": "a", "b": "c", "verdict": "not comparable"},
+        {"a": "b", "b": "c", "verdict": "not comparable"}])
+    (out / "listops.command").write_text("./build/seqmix compare --task listops --seeds 3\n")
     write_lines(out / "listops" / "seed-1337" / "summary.jsonl", [
         {"name": "a", "test_accuracy": 0.34, "test_majority": 0.158}])
     env = dict(os.environ, OUT=str(out), SEEDS="3", TASKS="listops", MODELS="a=x b=y c=z",
@@ -144,6 +146,14 @@ def test_lra_sh_table_step_reads_compare_folders(tmp_path):
     cells = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
     assert [(c["name"], c["mark"], c["seeds"]) for c in cells] == \
         [("a", "*", 3), ("b", "=", 3), ("c", "", 3)]
+    # Each cell keeps its seeds' figures, compare's chance bound, its verdict against every
+    # other model (from its own side) and the command.
+    a, c = cells[0], cells[2]
+    assert a["seed_values"] == [0.34, 0.35, 0.36]
+    assert a["verdicts"] == {"b": "tie", "c": "not comparable"}
+    assert c["seed_ids"] == [1337, 1338, 1339] and c["at_chance"] is True
+    assert c["chance_bound"] == 0.2 and "at_chance" not in a
+    assert a["command"] == "./build/seqmix compare --task listops --seeds 3"
 
 
 def ablation_cells():

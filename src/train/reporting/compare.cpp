@@ -285,6 +285,7 @@ CompareResult compare_one(const CompareOptions& o, const std::vector<RunConfig>&
           row.test_accuracy = accuracy;
           double majority;
           if (finite_number(line, "majority", majority)) row.test_majority = majority;
+          row.test_examples = line.value("examples", int64_t{0});
         }
         if (split == "train_eval") row.train_accuracy = accuracy;
       }
@@ -529,11 +530,25 @@ std::pair<double, double> mean_sd(const std::vector<double>& values) {
   return {mean, std::sqrt(ss / (n - 1))};
 }
 
+double chance_bound(double p, int64_t n) {
+  if (!(p >= 0 && p <= 1) || n < 1)
+    throw std::invalid_argument(
+        fmt::format("chance_bound: expected 0 <= p <= 1 and n >= 1, got p {} and n {}", p, n));
+  return p + 5 * std::sqrt(p * (1 - p) / static_cast<double>(n));
+}
+
 SeedPair seed_verdict(const SeedSummary& a, const SeedSummary& b) {
   SeedPair p;
   p.a = a.name;
   p.b = b.name;
   p.gap = a.mean - b.mean;
+  if (a.at_chance || b.at_chance) {
+    p.verdict = "not comparable";
+    if (a.values.size() >= 2 && b.values.size() >= 2)
+      p.se = std::sqrt(a.sd * a.sd / static_cast<double>(a.values.size()) +
+                       b.sd * b.sd / static_cast<double>(b.values.size()));
+    return p;
+  }
   if (a.values.size() < 2 || b.values.size() < 2) {
     p.verdict = "undecided";
     return p;
@@ -565,6 +580,7 @@ void to_json(nlohmann::json& j, const CompareRow& row) {
     j["test_accuracy"] = row.test_accuracy;
     j["train_accuracy"] = row.train_accuracy;
     if (row.test_majority > 0) j["test_majority"] = row.test_majority;
+    if (row.test_examples > 0) j["test_examples"] = row.test_examples;
   }
 }
 
@@ -572,6 +588,11 @@ void to_json(nlohmann::json& j, const SeedSummary& s) {
   j = nlohmann::json{{"name", s.name},     {"preset", s.preset}, {"parameters", s.parameters},
                      {"metric", s.metric}, {"seeds", s.seeds},   {"values", s.values},
                      {"mean", s.mean},     {"sd", s.sd}};
+  if (s.chance_bound > 0) {
+    j["chance"] = s.chance;
+    j["chance_bound"] = s.chance_bound;
+    j["at_chance"] = s.at_chance;
+  }
 }
 
 void to_json(nlohmann::json& j, const SeedPair& p) {
@@ -618,6 +639,12 @@ CompareResult compare(const CompareOptions& o) {
       s.values.push_back(seed_figure(row, s.metric));
     }
     std::tie(s.mean, s.sd) = mean_sd(s.values);
+    // Every seed scores the same test split; its majority class is the chance level.
+    if (first.classifier && first.test_majority > 0 && first.test_examples > 0) {
+      s.chance = first.test_majority;
+      s.chance_bound = chance_bound(s.chance, first.test_examples);
+      s.at_chance = s.mean <= s.chance_bound;
+    }
     result.summaries.push_back(std::move(s));
   }
   for (size_t i = 0; i < n_models; ++i)

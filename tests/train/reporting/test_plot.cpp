@@ -416,6 +416,28 @@ TEST(Compare, MeanSdAndVerdictsCallAGapUnderThreeStandardErrorsATie) {
   // Equal constants: a tie, not an ordering by a zero standard error.
   EXPECT_EQ(train::seed_verdict(summary("a", {1, 1}, true), summary("b", {1, 1}, true)).verdict,
             "tie");
+  // A model at chance is no baseline: a gap of 20 points to it is no win, whichever side it
+  // is on, and a gap between two models at chance no ordering.
+  a = summary("a", {0.70, 0.71, 0.72}, true);
+  b = summary("b", {0.50, 0.51, 0.50}, true);
+  b.at_chance = true;
+  p = train::seed_verdict(a, b);
+  EXPECT_EQ(p.verdict, "not comparable");
+  EXPECT_NEAR(p.gap, 0.20667, 1e-4);
+  EXPECT_GT(p.se, 0);
+  EXPECT_EQ(train::seed_verdict(b, a).verdict, "not comparable");
+  EXPECT_EQ(train::seed_verdict(summary("a", {0.9}, true), b).verdict, "not comparable");
+}
+
+TEST(Compare, ChanceBoundIsFiveBinomialStandardErrorsAboveTheMajorityClass) {
+  // Pathfinder's test split at the CPU size: 2,000 images, half of each class.
+  EXPECT_NEAR(train::chance_bound(0.5, 2000), 0.5 + 5 * std::sqrt(0.25 / 2000), 1e-15);
+  EXPECT_NEAR(train::chance_bound(0.5, 2000), 0.55590, 1e-5);
+  EXPECT_DOUBLE_EQ(train::chance_bound(1.0, 10), 1.0);
+  EXPECT_DOUBLE_EQ(train::chance_bound(0.0, 10), 0.0);
+  for (auto [p, n] : {std::pair<double, int64_t>{-0.1, 10}, {1.5, 10}, {0.5, 0},
+                      {std::nan(""), 10}})
+    EXPECT_THROW(train::chance_bound(p, n), std::invalid_argument) << p << " " << n;
 }
 
 TEST(Compare, SeveralSeedsGiveMeanSdAndAVerdictPerPair) {

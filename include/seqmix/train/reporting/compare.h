@@ -94,6 +94,7 @@ struct CompareRow {
   /// The test split's majority-class fraction (its chance level; 0 for a run whose metrics
   /// file predates the "majority" key).
   double test_majority = 0;
+  int64_t test_examples = 0;   ///< size of the test split (0: not a classifier)
   int64_t seed = 0;            ///< the run's train.seed
   bool classifier = false;     ///< data.task is set: the accuracies are meaningful
   double seconds = 0;          ///< time spent in training steps (from the metrics file, so
@@ -110,6 +111,11 @@ struct SeedSummary {
   std::vector<int64_t> seeds;
   std::vector<double> values;  ///< the figure of each seed, in `seeds` order
   double mean = 0, sd = 0;     ///< sd: sample standard deviation (n - 1); 0 for one seed
+  /// Classifiers: the test split's chance level (its majority-class fraction), the bound
+  /// chance_bound(chance, test examples) below which a mean is at chance, and whether the
+  /// mean is below it. 0, 0, false where the runs do not say (language models).
+  double chance = 0, chance_bound = 0;
+  bool at_chance = false;
 };
 
 /// Two models' figures compared (a line of pairs.jsonl): gap = mean(a) - mean(b), se its
@@ -117,8 +123,10 @@ struct SeedSummary {
 struct SeedPair {
   std::string a, b;
   double gap = 0, se = 0;
-  /// "a" or "b" (the better model) when |gap| >= 3 se and se > 0; "tie" when |gap| < 3 se;
-  /// "undecided" with one seed (no standard error to judge an ordering by).
+  /// "not comparable" when either model's mean is at chance (SeedSummary::at_chance: a model
+  /// that learned nothing is not beaten, and does not beat); else "a" or "b" (the better
+  /// model) when |gap| >= 3 se and se > 0; "tie" when |gap| < 3 se; "undecided" with one
+  /// seed (no standard error to judge an ordering by).
   std::string verdict;
 };
 
@@ -133,9 +141,17 @@ struct CompareResult {
 /// @throws std::invalid_argument if `values` is empty.
 std::pair<double, double> mean_sd(const std::vector<double>& values);
 
-/// The verdict on two summaries: their gap, its standard error and "a" / "b" / "tie" /
-/// "undecided" as SeedPair says. A gap under three standard errors is never an ordering.
+/// The verdict on two summaries: their gap, its standard error and "not comparable" / "a" /
+/// "b" / "tie" / "undecided" as SeedPair says. A gap under three standard errors is never an
+/// ordering, and neither is a gap to a model at chance.
 SeedPair seed_verdict(const SeedSummary& a, const SeedSummary& b);
+
+/// The accuracy at or below which a classifier is "at chance" on a test split of `n`
+/// examples whose majority class has fraction `p`: p + 5 sqrt(p (1 - p) / n), five binomial
+/// standard errors above the majority-class rate. (A model that always answers the majority
+/// class scores p; 5 SE leaves a chance of about 3e-7 that guessing clears the bound.)
+/// @throws std::invalid_argument unless 0 <= p <= 1 and n >= 1.
+double chance_bound(double p, int64_t n);
 
 /// JSON lines of summary.jsonl / pairs.jsonl (nlohmann's to_json, so `json j = row;`).
 /// A row's "loss", "perplexity", "bpc" are the held-out figures; a classifier's also carry
