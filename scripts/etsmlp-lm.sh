@@ -8,7 +8,7 @@
 #                                            # (scripts/etsmlp-ablations.txt): runs/etsmlp-lm-ablations
 #
 # Results: $OUT/{summary.jsonl,compare.png} and a run folder per model; numbers in
-# docs/RESULTS.md. STEPS, BATCH, SEEDS (default 1; compare's own default is 3), OUT and
+# docs/CLAIMS.md. STEPS, BATCH, SEEDS (default 1; compare's own default is 3), OUT and
 # SEQMIX (the binary) override the defaults; EXTRA is passed to compare (e.g. "--threads 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@
 # self-attention heads, the Extractor without W_opt, without the adjustment, and without
 # both (Fig. 8). Writes compare.png, summary.jsonl and per-model runs under $OUT, then samples
 # from "Once upon a time" with top-p 0.6. Takes ~70 minutes on 2 cores at the defaults.
-# Environment: STEPS (default 600), BATCH (32), SEEDS (1; docs/RESULTS.md reports one seed,
+# Environment: STEPS (default 600), BATCH (32), SEEDS (1; docs/CLAIMS.md reports one seed,
 # and each seed takes about an hour), OUT (runs/extractor-moby).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

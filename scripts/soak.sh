@@ -3,7 +3,7 @@
 # every INTERVAL seconds (default 60) into $OUT/rss.tsv, then says whether memory grew after
 # the warm-up (the first WARMUP samples, default 5). A checkpoint and a held-out evaluation
 # run every EVERY steps (default 500; fewer steps repeat them more often, to bring out a
-# per-checkpoint leak sooner). Not part of CI; numbers go to docs/RESULTS.md.
+# per-checkpoint leak sooner). Not part of CI; numbers go to docs/BENCHMARKS.md.
 #   scripts/soak.sh                                  # weird-net mini on SOTU, 1 hour
 #   MODEL=etsmlp ARGS="--task listops" scripts/soak.sh
 #   SEQMIX=/tmp/seqmix scripts/soak.sh               # another binary

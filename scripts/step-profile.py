@@ -6,7 +6,7 @@ matrix products and in PyTorch's SDPA, the kernels both sides call alike.
         [--shape 1024x8x256] [--precision fp32] MODEL [MODEL ...]
 
 MODEL: weird-net, weird-net-a or transformer. Each side runs 2 warm-up steps, then 3
-profiled steps, on all cores (docs/RESULTS.md, "Against PyTorch 2.11").
+profiled steps, on all cores (docs/BENCHMARKS.md, "Against PyTorch 2.11").
 """
 import argparse
 import os

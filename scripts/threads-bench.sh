@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How fast one `seqmix train` process trains on one thread against all cores, and with
-# which OpenMP wait policy (docs/RESULTS.md, "Threads"). For each model and size, REPS
+# which OpenMP wait policy (docs/BENCHMARKS.md, "Threads"). For each model and size, REPS
 # rounds of the configurations below, alternated (1, 2, 2p, 2a, 1, 2, ...), STEPS steps each
 # with the same seed and batches; tokens/s is the median of a run's training lines after the
 # first (the warm-up), and each configuration's figure the median over its rounds:

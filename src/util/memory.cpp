@@ -255,8 +255,9 @@ int64_t large_block_cache_limit() { return g_cache ? g_cache->max_cached() : 0; 
 int64_t large_block_cache_limit_from_env() {
   const char* env = std::getenv(kPoolEnv);
   if (!env) {
-    // With huge pages a fresh block costs little more than a pooled one (RESULTS, "Huge pages
-    // for large blocks"): 2 GiB keeps most of the pool's gain, and two runs can share a machine.
+    // With huge pages a fresh block costs little more than a pooled one (docs/BENCHMARKS.md,
+    // "Huge pages for large blocks"): 2 GiB keeps most of the pool's gain, and two runs can
+    // share a machine.
     return std::clamp<int64_t>(physical_memory_bytes() / 4, 0, int64_t{2} << 30);
   }
   const std::string text(env);

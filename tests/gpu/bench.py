@@ -1,4 +1,4 @@
-"""The GPU benchmark of docs/RESULTS.md ("seqmix on an NVIDIA GPU"): CUDA events, medians.
+"""The GPU benchmark of docs/CUDA.md ("The benchmark"): CUDA events, medians.
 
     python tests/gpu/bench.py --lib build-gpu/libseqmix_ops.so --out DIR [--budget 240]
 

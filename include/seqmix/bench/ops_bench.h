@@ -2,7 +2,7 @@
 /// @file ops_bench.h
 /// `seqmix bench ops`: speed and memory of the ops against their references and of AIB
 /// attention against softmax self-attention as the sequence grows (measured numbers:
-/// docs/RESULTS.md, "AIB attention: fused kernel vs reference vs softmax attention").
+/// docs/BENCHMARKS.md, "AIB attention: fused kernel vs reference vs softmax attention").
 ///
 /// For each L: forward and forward+backward wall time (median of `reps` runs after one
 /// warm-up) and the peak tensor memory of forward+backward above what was live before

@@ -33,7 +33,7 @@ struct SelfAttentionOptions {
   TORCH_ARG(bool, use_sdpa) = false;
   /// softmax(QK^T)V by the fast path or the literal ATen reference ([B, H, L, L] scores).
   /// The fast path (kernel) is PyTorch's SDPA when no mask is given (faster than seqmix's
-  /// own kernel on the CPU, docs/RESULTS.md) and seqmix's fused kernel (ops/attention.h;
+  /// own kernel on the CPU, docs/BENCHMARKS.md) and seqmix's fused kernel (ops/attention.h;
   /// O(L) memory, padded rows 0) with a mask. Dropout > 0 in training always runs the
   /// reference (unless use_sdpa).
   TORCH_ARG(ops::Backend, backend) = ops::Backend::kernel;

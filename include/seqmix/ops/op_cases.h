@@ -81,7 +81,7 @@ struct OpCase {
   bool gradcheck = true;     ///< small enough for float64 finite differences
   bool benchmarked = false;  ///< the op's configuration that `seqmix bench ops` times
   /// Benchmarked case: the tensor bytes one forward + backward of `backend` at [B, L, D]
-  /// needs, roughly (calibrated on measured peaks, docs/RESULTS.md), so that `seqmix bench
+  /// needs, roughly (calibrated on measured peaks, docs/BENCHMARKS.md), so that `seqmix bench
   /// ops` skips a shape that cannot fit instead of failing. Unset: 16 float32 [B, L, D].
   std::function<int64_t(Backend backend, int64_t B, int64_t L, int64_t D)> bench_bytes;
 

@@ -27,7 +27,7 @@ void reset_peak_tensor_bytes();
 /// allocator; call once, before large allocations, and before install_memory_counter()).
 /// Both keep freed heap memory for reuse (no trimming), so a step's outputs do not pay the
 /// kernel's page-zeroing faults again each time: at B=4, L=4096, D=512 those faults cost as
-/// much as the AIB scan itself (docs/RESULTS.md). Requests of 32 MiB and more (glibc's
+/// much as the AIB scan itself (docs/BENCHMARKS.md). Requests of 32 MiB and more (glibc's
 /// largest mmap threshold) get their own mapping; freed, they wait in the large-block pool
 /// (configure_large_block_cache) for a request of about their size, and go back to the system
 /// when the pool is full. Caching every block in the heap instead (what PyTorch's caching
@@ -69,12 +69,12 @@ int64_t large_block_cache_limit_from_env();
 /// pool of PyTorch's CUDA caching allocator, for the mapped blocks of set_heap_policy().
 /// Without it every training step maps, faults in (the kernel zeroes every page) and unmaps
 /// its large activations and attention scores again; on a paravirtualised host that took
-/// most of the time of a Transformer step (docs/RESULTS.md). A request reuses the smallest
+/// most of the time of a Transformer step (docs/BENCHMARKS.md). A request reuses the smallest
 /// cached block that is at least as large and at most 1/8 larger, so resident memory is at
 /// most the live tensors, plus that slack, plus `max_cached_bytes`. A block the pool takes
 /// fresh from the system is advised (madvise MADV_HUGEPAGE) onto 2 MiB transparent huge pages
 /// before its first touch: 512 times fewer page faults, which on a paravirtualised host made
-/// Transformer training about 2x faster (docs/RESULTS.md, "Huge pages for large blocks").
+/// Transformer training about 2x faster (docs/BENCHMARKS.md, "Huge pages for large blocks").
 /// The first call installs the pool as LibTorch's CPU allocator (above the default, below the
 /// counting allocator of install_memory_counter); later calls change the limits and release
 /// what no longer fits. Thread-safe. Executables only (it changes the host's allocator).

@@ -46,7 +46,7 @@ at::Tensor SelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& mas
   const double dropout = is_training() ? options.dropout() : 0.0;
   // Without a key-padding mask, the kernel backend is PyTorch's own SDPA (its CPU
   // flash-attention kernel, also O(L) memory): 1.6x faster than seqmix's kernel forward +
-  // backward at B = 4, 8 heads of 64, L = 1024 (docs/RESULTS.md, "Against PyTorch 2.11").
+  // backward at B = 4, 8 heads of 64, L = 1024 (docs/BENCHMARKS.md, "Against PyTorch 2.11").
   // With a mask, seqmix's kernel runs: it gives padded rows 0 where SDPA gives NaN.
   const bool sdpa = !mask.defined() && (options.use_sdpa() ||
                                         (options.backend() == ops::Backend::kernel && dropout == 0));

@@ -133,7 +133,7 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     // the Transformer half an hour on its own.
     c.data.valid_examples = 500;
     c.data.test_examples = 1000;
-    // Measured (docs/RESULTS.md, "Learnability"): with negatives from the 2 presidents on
+    // Measured (docs/CLAIMS.md): with negatives from the 2 presidents on
     // either side in time (the task's default, an authorship question) the AIB encoder stays
     // at 50% after 4,000 steps of 8 pairs of 1024 bytes, although a TF-IDF baseline shows a
     // weak signal (59%); with negatives from any president it reaches 68% (11 SE) in the
@@ -145,7 +145,7 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     // 1,500 steps here, and so did 32 x 32 with 6 dashes and no distractors, and 16 x 16
     // with 14 dashes or with 6 and none. At 16 x 16, 6 dashes, no distractors the AIB
     // encoder stays at 50% for 6,000 steps, then learns: 62% at step 8,000, 75% at 12,000
-    // (16 minutes on one thread; docs/RESULTS.md). 200,000 training images (LRA had 160K of
+    // (16 minutes on one thread; docs/CLAIMS.md). 200,000 training images (LRA had 160K of
     // 32 x 32) so that 12,000 steps of 32 see each about twice.
     c.data.pathfinder_resolution = 16;
     c.data.pathfinder_dashes = 6;
