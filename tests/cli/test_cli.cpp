@@ -381,6 +381,7 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
     EXPECT_NEAR(s.at("chance_bound").get<double>(), p + 5 * std::sqrt(p * (1 - p) / 20), 1e-12)
         << s.dump();
     EXPECT_TRUE(s.at("at_chance").get<bool>()) << s.dump();
+    EXPECT_EQ(s.at("test_examples").get<int64_t>(), 20) << s.dump();
   }
   EXPECT_EQ(seed_lines[2].at("verdict"), "not comparable") << seed_lines[2].dump();
   EXPECT_NE(r.output.find("not comparable (a model at chance)"), std::string::npos) << r.output;

@@ -591,6 +591,7 @@ void to_json(nlohmann::json& j, const SeedSummary& s) {
   if (s.chance_bound > 0) {
     j["chance"] = s.chance;
     j["chance_bound"] = s.chance_bound;
+    j["test_examples"] = s.test_examples;
     j["at_chance"] = s.at_chance;
   }
 }
@@ -642,6 +643,7 @@ CompareResult compare(const CompareOptions& o) {
     // Every seed scores the same test split; its majority class is the chance level.
     if (first.classifier && first.test_majority > 0 && first.test_examples > 0) {
       s.chance = first.test_majority;
+      s.test_examples = first.test_examples;
       s.chance_bound = chance_bound(s.chance, first.test_examples);
       s.at_chance = s.mean <= s.chance_bound;
     }

@@ -115,6 +115,7 @@ struct SeedSummary {
   /// chance_bound(chance, test examples) below which a mean is at chance, and whether the
   /// mean is below it. 0, 0, false where the runs do not say (language models).
   double chance = 0, chance_bound = 0;
+  int64_t test_examples = 0;
   bool at_chance = false;
 };
 
