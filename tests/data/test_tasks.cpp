@@ -323,4 +323,17 @@ TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
   const auto paper = train::make_task_config("weird-net-a", "pathfinder", "paper");
   EXPECT_EQ(paper.data.pathfinder_resolution, 0);
   EXPECT_EQ(paper.model.max_len, 1024);
+  // The Transformer's learning rate there is its own, tuned on the validation split; the
+  // data, batches and shape stay the AIB encoder's, so `seqmix compare` can pair them.
+  const auto tf = train::make_task_config("transformer", "pathfinder", "cpu");
+  EXPECT_DOUBLE_EQ(cpu.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(tf.train.lr, 3e-4);
+  EXPECT_EQ(tf.train.batch_size, cpu.train.batch_size);
+  EXPECT_EQ(tf.train.max_steps, cpu.train.max_steps);
+  EXPECT_EQ(tf.train.warmup_steps, cpu.train.warmup_steps);
+  EXPECT_EQ(tf.data.train_examples, cpu.data.train_examples);
+  EXPECT_EQ(tf.model.d_model, cpu.model.d_model);
+  EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "listops", "cpu").train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "pathfinder", "paper").train.lr,
+                   1e-3);
 }
