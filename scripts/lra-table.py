@@ -15,7 +15,7 @@ the majority class as a dashed line. The picture is drawn in a private folder an
 into place, so a failed run leaves no partial file.
 
   scripts/lra-table.py runs/lra-cpu/results.jsonl --png runs/lra-cpu/lra.png
-  scripts/lra-table.py docs/lra-cpu.jsonl --tasks "listops text" --png docs/img/lra-cpu.png
+  scripts/lra-table.py docs/lra-cpu.jsonl --tasks "listops text" --png runs/lra-cpu.png
 
 Tasks or models asked for (--tasks, --models) with no line yet print as "-" with a warning
 on standard error. Exits with status 1 and one message, printing no table and leaving no

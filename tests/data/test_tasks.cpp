@@ -334,6 +334,15 @@ TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
   EXPECT_EQ(tf.data.train_examples, cpu.data.train_examples);
   EXPECT_EQ(tf.model.d_model, cpu.model.d_model);
   EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "listops", "cpu").train.lr, 1e-3);
+  // ETSMLP keeps Table 5's recipe but its Pathfinder learning rate, tuned the same way.
+  for (const char* f : {"etsmlp", "etsmlp-gate"}) {
+    const auto ets = train::make_task_config(f, "pathfinder", "cpu");
+    EXPECT_DOUBLE_EQ(ets.train.lr, 1e-3) << f;
+    EXPECT_EQ(ets.model.norm_type, "batch") << f;
+    EXPECT_EQ(ets.train.max_steps, cpu.train.max_steps) << f;
+    EXPECT_DOUBLE_EQ(train::make_task_config(f, "pathfinder", "paper").train.lr, 0.01) << f;
+    EXPECT_DOUBLE_EQ(train::make_task_config(f, "listops", "cpu").train.lr, 0.01) << f;
+  }
   EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "pathfinder", "paper").train.lr,
                    1e-3);
 }

@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""Writes docs/CLAIMS.md from docs/CLAIMS.md.in and the LRA-style records.
+
+The template holds the claim rows as text; the rows drawn from LRA-style cells carry
+placeholders that this script fills from the records, so a new seed or task appended to
+docs/lra-seeds.jsonl changes every row, verdict and count that depends on it:
+
+  @@F:task:name@@        the cell's figure: "mean ± sd" (three seeds) or "x (1)"; "(c)" at chance
+  @@S:task:name...@@     how many seeds            @@M:task:name...@@   the machine(s)
+  @@G:task:a:b@@         "a vs b", with the gap and its standard errors over seeds
+  @@V:task:a:b@@         the verdict on "a above b"; @@VR:...@@ on "a below b"
+  @@T2:task:a:b@@, @@T3:task:a:b:c@@   the figures of two or three cells, "a / b / c"
+  @@V2:task:a:b:c@@      the verdict on "a above b and above c" (the weakest of the two)
+  @@LRATABLE@@, @@CHANCE@@, @@SUMMARY@@   the LRA table, the chance bounds, the counts
+
+Records: docs/lra-seeds.jsonl (lines of scripts/lra.sh's results.jsonl with the machine
+added: several seeds, compare's verdicts) take precedence over docs/lra-cpu.jsonl (single
+runs). Verdicts follow `seqmix compare` (src/train/reporting/compare.cpp): a cell at chance
+(mean test accuracy <= majority class + 5 binomial standard errors) makes a comparison "not
+comparable"; one seed is "undecided"; else compare's pair verdict ("tie" under 3 standard
+errors of the difference).
+
+  scripts/claims.py            # writes docs/CLAIMS.md
+  scripts/claims.py --check    # exit 1 if docs/CLAIMS.md is not what the inputs give
+
+Exits with status 1 and one message on a missing or malformed input, an unknown
+placeholder, or a row whose verdict is not one of the six.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+VERDICTS = ["reproduces", "contradicts", "tie", "undecided", "not comparable", "not run"]
+# The weakest first: a claim over two comparisons is as decided as its least decided one.
+STRENGTH = ["not run", "not comparable", "undecided", "contradicts", "tie", "reproduces"]
+TASKS = ["listops", "text", "retrieval", "image", "pathfinder", "pathx"]
+# Test split sizes at the CPU size (docs/TASKS.md), for records that do not carry theirs.
+TEST_EXAMPLES = {"listops": 2000, "text": 578, "retrieval": 1000, "image": 10000,
+                 "pathfinder": 2000, "pathx": 1000}
+TABLE_MODELS = ["weird-net-a", "weird-net", "transformer", "etsmlp", "etsmlp-gate", "extractor",
+                "aib-exp-w", "ps-attention", "structure-b"]
+
+
+def fail(message):
+    sys.exit(f"claims: {message}")
+
+
+def read_lines(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = [(k + 1, l) for k, l in enumerate(f) if l.strip()]
+    except OSError as e:
+        fail(f"{path}: {e.strerror}")
+    except UnicodeDecodeError:
+        fail(f"{path}: not UTF-8 text (expected JSON lines)")
+    out = []
+    for number, text in raw:
+        try:
+            out.append((number, json.loads(text)))
+        except json.JSONDecodeError as e:
+            fail(f"{path}, line {number}: not a JSON object ({e.msg})")
+    return out
+
+
+def load_cells(single, several):
+    """({(task, name): cell} of single runs, {(task, name): cell} of several seeds)."""
+    one, many = {}, {}
+    for number, r in read_lines(single):
+        try:
+            one[r["task"], r["name"]] = {
+                "n": 1, "mean": float(r["test_accuracy"]), "sd": 0.0,
+                "p": float(r["test_majority"]), "machine": r["machine"], "verdicts": {},
+                "test_examples": TEST_EXAMPLES[r["task"]]}
+        except (KeyError, TypeError, ValueError) as e:
+            fail(f"{single}, line {number}: expected task, name, test_accuracy, "
+                 f"test_majority and machine ({e!r})")
+    for number, r in read_lines(several):
+        try:
+            many[r["task"], r["name"]] = {
+                "n": int(r["seeds"]), "mean": float(r["test_accuracy_mean"]),
+                "sd": float(r["test_accuracy_sd"]), "p": float(r["test_majority"]),
+                "machine": r["machine"], "verdicts": dict(r["verdicts"]),
+                "test_examples": int(r["test_examples"])}
+        except (KeyError, TypeError, ValueError) as e:
+            fail(f"{several}, line {number}: expected task, name, seeds, test_accuracy_mean, "
+                 f"test_accuracy_sd, test_majority, test_examples, machine and verdicts ({e!r})")
+    return one, many
+
+
+def chance_bound(c):
+    p, n = c["p"], c["test_examples"]
+    return p + 5 * math.sqrt(p * (1 - p) / n)
+
+
+def at_chance(c):
+    return c["mean"] <= chance_bound(c)
+
+
+def figure(c, one_seed_mark=True):
+    text = f"{100 * c['mean']:.2f}" + (f" ± {100 * c['sd']:.2f}" if c["n"] > 1 else "")
+    if c["n"] == 1 and one_seed_mark:
+        text += " (1)"
+    return text + (" (c)" if at_chance(c) else "")
+
+
+class Filler:
+    """Fills the placeholders. A comparison takes all its cells from one record set: the
+    several-seed records when every cell is there, else the single runs (another set may
+    have another test split, e.g. another ListOps generator), else it is "not run"."""
+
+    def __init__(self, one, many):
+        self.one, self.many = one, many
+
+    def cell(self, task, name):
+        return self.many.get((task, name)) or self.one.get((task, name))
+
+    def group(self, task, names):
+        for cells in (self.many, self.one):
+            if all((task, n) in cells for n in names):
+                return [cells[task, n] for n in names]
+        return None
+
+    def verdict(self, task, a, b, above=True):
+        g = self.group(task, [a, b])
+        if g is None:
+            return "not run"
+        ca, cb = g
+        if at_chance(ca) or at_chance(cb):
+            return "not comparable"
+        if ca["n"] < 2 or cb["n"] < 2:
+            return "undecided"
+        v = ca["verdicts"].get(b)
+        if v in (None, "undecided"):
+            return "undecided"
+        if v in ("tie", "not comparable"):
+            return v
+        return "reproduces" if (v == "better") == above else "contradicts"
+
+    def gap(self, task, a, b):
+        g = self.group(task, [a, b])
+        if g is None:
+            return "-"
+        ca, cb = g
+        text = f"{figure(ca, False)} vs {figure(cb, False)}"
+        if ca["n"] > 1 and cb["n"] > 1:
+            se = 100 * math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"])
+            g = 100 * (ca["mean"] - cb["mean"])
+            text += f" (gap {g:+.2f}" + (f", {abs(g) / se:.1f} SE)" if se > 0 else ")")
+        return text
+
+    def __call__(self, match):
+        kind, task, *names = match.group(1).split(":")
+        if kind == "F":
+            c = self.cell(task, names[0])
+            return "-" if c is None else figure(c, False)
+        if kind in ("S", "M"):
+            # One cell's, or a comparison's (the set its cells come from).
+            g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
+            if g is None or g[0] is None:
+                return "-"
+            if kind == "S":
+                return str(min(c["n"] for c in g))
+            return ", ".join(sorted({c["machine"] for c in g}))
+        if kind == "G":
+            return self.gap(task, *names)
+        if kind in ("V", "VR"):
+            return self.verdict(task, *names, above=kind == "V")
+        if kind in ("T2", "T3"):
+            g = self.group(task, names)
+            if g is None:
+                return " / ".join("-" if self.cell(task, n) is None else
+                                  figure(self.cell(task, n), False) for n in names)
+            return " / ".join(figure(c, False) for c in g)
+        if kind == "V2":
+            return min((self.verdict(task, names[0], b) for b in names[1:]),
+                       key=STRENGTH.index)
+        fail(f"unknown placeholder @@{match.group(1)}@@")
+
+
+def lra_table(one, many):
+    rows = ["| model | " + " | ".join(TASKS) + " |", "|---|" + "---:|" * len(TASKS)]
+    for name in TABLE_MODELS:
+        row = [name]
+        for t in TASKS:
+            c = many.get((t, name)) or one.get((t, name))
+            row.append("-" if c is None else figure(c))
+        rows.append("| " + " | ".join(row) + " |")
+    return "\n".join(rows)
+
+
+def chance_lines(one, many):
+    out = []
+    for t in TASKS:
+        # The several-seed records' split when there is one (today's generators).
+        found = [c for (task, _), c in many.items() if task == t] or \
+            [c for (task, _), c in one.items() if task == t]
+        if not found:
+            continue
+        c = found[0]
+        out.append(f"{t} {100 * chance_bound(c):.1f} ({c['test_examples']:,}; "
+                   f"{100 * c['p']:.1f})")
+    return ";\n".join(out) + "."
+
+
+def summary(text):
+    counts, paper = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            paper = line[3:].split(" (")[0]
+        m = re.match(r"^\| ([MAWXE]\d+[a-z]?) \|", line)
+        if not m:
+            continue
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cols) != 8:
+            fail(f"row {m.group(1)}: {len(cols)} columns, expected 8")
+        if cols[5] not in VERDICTS:
+            fail(f"row {m.group(1)}: verdict '{cols[5]}' is not one of {VERDICTS}")
+        counts.setdefault(paper, dict.fromkeys(VERDICTS, 0))[cols[5]] += 1
+    rows = ["| paper | " + " | ".join(VERDICTS) + " | rows |",
+            "|---|" + "---:|" * (len(VERDICTS) + 1)]
+    total = dict.fromkeys(VERDICTS, 0)
+    for p, c in counts.items():
+        rows.append(f"| {p} | " + " | ".join(str(c[v]) for v in VERDICTS) +
+                    f" | {sum(c.values())} |")
+        for v in VERDICTS:
+            total[v] += c[v]
+    rows.append("| **all** | " + " | ".join(f"**{total[v]}**" for v in VERDICTS) +
+                f" | **{sum(total.values())}** |")
+    return "\n".join(rows)
+
+
+def render(template, one, many):
+    text = re.sub(r"@@([A-Z0-9]+:[^@\s]+)@@", Filler(one, many), template)
+    text = text.replace("@@LRATABLE@@", lra_table(one, many))
+    text = text.replace("@@CHANCE@@", chance_lines(one, many))
+    text = text.replace("@@SUMMARY@@", summary(text))
+    left = re.findall(r"@@[^@\s]*@@", text)
+    if left:
+        fail(f"placeholders left unfilled: {sorted(set(left))}")
+    return text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="compare with docs/CLAIMS.md instead of writing it")
+    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"),
+                    help="folder with CLAIMS.md.in, lra-cpu.jsonl, lra-seeds.jsonl")
+    a = ap.parse_args()
+    template_path = os.path.join(a.docs, "CLAIMS.md.in")
+    try:
+        with open(template_path, encoding="utf-8") as f:
+            template = f.read()
+    except OSError as e:
+        fail(f"{template_path}: {e.strerror}")
+    one, many = load_cells(os.path.join(a.docs, "lra-cpu.jsonl"),
+                           os.path.join(a.docs, "lra-seeds.jsonl"))
+    text = render(template, one, many)
+    out = os.path.join(a.docs, "CLAIMS.md")
+    if a.check:
+        try:
+            with open(out, encoding="utf-8") as f:
+                current = f.read()
+        except OSError as e:
+            fail(f"{out}: {e.strerror}")
+        if current != text:
+            fail(f"{out} is not what {template_path} and the records give: run "
+                 "scripts/claims.py")
+        return
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()
