@@ -56,6 +56,7 @@ def test_every_row_has_a_verdict_from_the_list_and_no_ordering_from_one_seed():
             # An ordering (or a tie) needs a seed-to-seed spread, or is no training run.
             assert seeds == "-" or seeds.startswith("- (") or int(seeds) >= 2, (i, seeds)
             assert "(c)" not in ours, f"{i}: an ordering against a cell at chance"
+        assert "(c) (c)" not in ours, f"{i}: a chance mark written twice"
 
 
 def test_summary_counts_are_the_rows():
