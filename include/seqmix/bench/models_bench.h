@@ -1,7 +1,7 @@
 #pragma once
 /// @file models_bench.h
 /// `seqmix bench models`: whole-model training speed and memory against sequence length, the
-/// papers' protocol (weird-net Table V, moss Table IV, etsmlp Fig. 3): every model at
+/// papers' protocol (weird-net Table V and Fig. 5, moss Table IV, etsmlp Fig. 3): every model at
 /// the same width and depth, one training step (forward, next-token cross-entropy, backward,
 /// AdamW update) on B random byte sequences of length L.
 ///
