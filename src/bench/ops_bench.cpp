@@ -134,14 +134,18 @@ void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
 // One mixer layer on x [B, L, D] (no mask), input and parameter gradients cleared each run.
 // Under bf16 the forward runs under autocast (nn/precision.h), the input staying float32 as
 // a block's normalised residual stream is.
+// With `all_valid_mask`, the layer gets a [B, L] key-padding mask with every position valid:
+// the same result as no mask, but it selects a layer's masked path (SelfAttention's fused
+// kernel, which PyTorch's SDPA replaces when no mask is given).
 Timing measure_mixer(nn::MixerImpl& layer, int64_t B, int64_t L, int64_t D, int64_t reps,
-                     nn::Precision precision) {
+                     nn::Precision precision, bool all_valid_mask = false) {
   std::vector<at::Tensor> xs = {at::randn({B, L, D}).requires_grad_(true)};
+  const at::Tensor mask = all_valid_mask ? at::ones({B, L}, at::kBool) : at::Tensor();
   return measure(
       [&](bool) {
         zero_grads(layer, xs);
         const nn::AutocastGuard autocast(precision);
-        return layer.forward(xs[0], {});
+        return layer.forward(xs[0], mask);
       },
       reps);
 }
@@ -293,8 +297,9 @@ void run_ops_bench(const OpsBenchOptions& o,
         nn::AIBAttention layer(nn::AIBAttentionOptions(D, max_L));
         t = measure_mixer(*layer, B, L, D, o.reps, precision);
       } else {
-        // The fastest softmax attention: seqmix's fused kernel, or either implementation
-        // LibTorch offers here (matmul + softmax, i.e. our reference; SDPA).
+        // The fastest softmax attention: seqmix's fused kernel (reached through an all-valid
+        // key-padding mask: without one the layer hands the work to SDPA), or either
+        // implementation LibTorch offers here (matmul + softmax, i.e. our reference; SDPA).
         Timing best;
         std::string which;
         for (const std::string name :
@@ -310,7 +315,8 @@ void run_ops_bench(const OpsBenchOptions& o,
           nn::SelfAttention layer(nn::SelfAttentionOptions(D, H)
                                       .use_sdpa(name == "scaled_dot_product_attention")
                                       .backend(backend));
-          const Timing ti = measure_mixer(*layer, B, L, D, o.reps, precision);
+          const Timing ti =
+              measure_mixer(*layer, B, L, D, o.reps, precision, name == "fused_kernel");
           row["candidates"][name] = {{"fwd_ms", ti.fwd_ms},
                                      {"fwd_bwd_ms", ti.fwd_bwd_ms},
                                      {"peak_mib", static_cast<double>(ti.peak_bytes) / (1 << 20)}};
