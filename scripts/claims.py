@@ -27,11 +27,12 @@ Exits with status 1 and one message on a missing or malformed input, an unknown
 placeholder, or a row whose verdict is not one of the six.
 """
 import argparse
-import json
 import math
 import os
 import re
 import sys
+
+from jsonl_records import RecordError, read_json_lines
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 VERDICTS = ["reproduces", "contradicts", "tie", "undecided", "not comparable", "not run"]
@@ -51,19 +52,9 @@ def fail(message):
 
 def read_lines(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = [(k + 1, l) for k, l in enumerate(f) if l.strip()]
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    except UnicodeDecodeError:
-        fail(f"{path}: not UTF-8 text (expected JSON lines)")
-    out = []
-    for number, text in raw:
-        try:
-            out.append((number, json.loads(text)))
-        except json.JSONDecodeError as e:
-            fail(f"{path}, line {number}: not a JSON object ({e.msg})")
-    return out
+        return read_json_lines(path)
+    except RecordError as e:
+        fail(str(e))
 
 
 def load_cells(single, several):

@@ -23,11 +23,12 @@ picture, on a missing, empty or malformed file (a field missing or out of range,
 for one cell, two majority levels for one task), a bad --png, or a gnuplot failure.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
+
+from jsonl_records import RecordError, read_json_lines
 
 
 def fail(message):
@@ -37,19 +38,15 @@ def fail(message):
 def read_cells(path):
     """{(task, name): (mean %, sd %, seeds, mark)}, {task: majority %}, names in file order."""
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = [(k + 1, l) for k, l in enumerate(f) if l.strip()]
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    except UnicodeDecodeError:
-        fail(f"{path}: not UTF-8 text (expected JSON lines)")
+        raw = read_json_lines(path)
+    except RecordError as e:
+        fail(str(e))
     if not raw:
         fail(f"{path}: no result line (expected JSON lines with task, name, test_accuracy)")
     cells, chance, order = {}, {}, []
-    for number, text in raw:
+    for number, r in raw:
         where = f"{path}, line {number}"
         try:
-            r = json.loads(text)
             task, name = r["task"], r["name"]
             if "test_accuracy_mean" in r:
                 mean, sd, seeds = r["test_accuracy_mean"], r["test_accuracy_sd"], r["seeds"]
