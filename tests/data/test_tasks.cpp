@@ -334,6 +334,15 @@ TEST(Tasks, PathfinderDifficultyKeysReachTheGenerator) {
   EXPECT_EQ(tf.data.train_examples, cpu.data.train_examples);
   EXPECT_EQ(tf.model.d_model, cpu.model.d_model);
   EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "listops", "cpu").train.lr, 1e-3);
+  // So is its Retrieval learning rate; the AIB encoder's stays 1e-3 there.
+  const auto rt_aib = train::make_task_config("weird-net-a", "retrieval", "cpu");
+  const auto rt_tf = train::make_task_config("transformer", "retrieval", "cpu");
+  EXPECT_DOUBLE_EQ(rt_aib.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(rt_tf.train.lr, 3e-4);
+  EXPECT_EQ(rt_tf.train.max_steps, rt_aib.train.max_steps);
+  EXPECT_EQ(rt_tf.train.warmup_steps, rt_aib.train.warmup_steps);
+  EXPECT_EQ(rt_tf.data.retrieval_negative_neighbours, 0);
+  EXPECT_DOUBLE_EQ(train::make_task_config("transformer", "retrieval", "paper").train.lr, 1e-3);
   // ETSMLP keeps Table 5's recipe but its Pathfinder learning rate, tuned the same way.
   for (const char* f : {"etsmlp", "etsmlp-gate"}) {
     const auto ets = train::make_task_config(f, "pathfinder", "cpu");
