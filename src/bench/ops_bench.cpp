@@ -131,7 +131,7 @@ void zero_grads(torch::nn::Module& m, std::vector<at::Tensor>& xs) {
     if (x.grad().defined()) x.mutable_grad().reset();
 }
 
-// One mixer layer on x [B, L, D] (no mask), input and parameter gradients cleared each run.
+// One mixer layer on x [B, L, D], input and parameter gradients cleared each run.
 // Under bf16 the forward runs under autocast (nn/precision.h), the input staying float32 as
 // a block's normalised residual stream is.
 // With `all_valid_mask`, the layer gets a [B, L] key-padding mask with every position valid:
