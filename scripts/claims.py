@@ -5,13 +5,17 @@ The template holds the claim rows as text; the rows drawn from LRA-style cells c
 placeholders that this script fills from the records, so a new seed or task appended to
 docs/lra-seeds.jsonl changes every row, verdict and count that depends on it:
 
-  @@F:task:name@@        the cell's figure: "mean ± sd" (three seeds) or "x (1)"; "(c)" at chance
+  @@F:task:name@@        the cell's figure: "mean ± sd" (three seeds) or "x (1)"; "(c)" at chance,
+                         "(k of n c)" when the mean is above chance but k seeds are not
+  @@P:task:name@@        the cell's figure per seed, "a / b / c" in the order of its seeds
+  @@L:task:name@@        in how many seeds the cell is above chance: "none", "one", ... "all three"
   @@S:task:name...@@     how many seeds            @@M:task:name...@@   the machine(s)
   @@G:task:a:b@@         "a vs b", with the gap and its standard errors over seeds
   @@V:task:a:b@@         the verdict on "a above b"; @@VR:...@@ on "a below b"
   @@T2:task:a:b@@, @@T3:task:a:b:c@@   the figures of two or three cells, "a / b / c"
   @@V2:task:a:b:c@@      the verdict on "a above b and above c" (the weakest of the two)
   @@LRATABLE@@, @@CHANCE@@, @@SUMMARY@@   the LRA table, the chance bounds, the counts
+  @@SEEDTABLE@@          every several-seed cell, seed by seed
 
 Records: docs/lra-seeds.jsonl (lines of scripts/lra.sh's results.jsonl with the machine
 added: several seeds, compare's verdicts) take precedence over docs/lra-cpu.jsonl (single
@@ -71,14 +75,19 @@ def load_cells(single, several):
                  f"test_majority and machine ({e!r})")
     for number, r in read_lines(several):
         try:
-            many[r["task"], r["name"]] = {
+            c = many[r["task"], r["name"]] = {
                 "n": int(r["seeds"]), "mean": float(r["test_accuracy_mean"]),
                 "sd": float(r["test_accuracy_sd"]), "p": float(r["test_majority"]),
                 "machine": r["machine"], "verdicts": dict(r["verdicts"]),
-                "test_examples": int(r["test_examples"])}
+                "test_examples": int(r["test_examples"]),
+                "per_seed": list(zip((int(i) for i in r["seed_ids"]),
+                                     (float(v) for v in r["seed_values"]), strict=True))}
+            if len(c["per_seed"]) != c["n"]:
+                raise ValueError(f"{len(c['per_seed'])} seed values for seeds={c['n']}")
         except (KeyError, TypeError, ValueError) as e:
             fail(f"{several}, line {number}: expected task, name, seeds, test_accuracy_mean, "
-                 f"test_accuracy_sd, test_majority, test_examples, machine and verdicts ({e!r})")
+                 f"test_accuracy_sd, test_majority, test_examples, machine, verdicts and "
+                 f"one seed_ids / seed_values pair per seed ({e!r})")
     return one, many
 
 
@@ -91,11 +100,34 @@ def at_chance(c):
     return c["mean"] <= chance_bound(c)
 
 
+def seeds_at_chance(c):
+    """How many of a several-seed cell's seeds are at chance (0 for a single run)."""
+    return sum(v <= chance_bound(c) for _, v in c.get("per_seed", []))
+
+
 def figure(c, one_seed_mark=True):
     text = f"{100 * c['mean']:.2f}" + (f" ± {100 * c['sd']:.2f}" if c["n"] > 1 else "")
     if c["n"] == 1 and one_seed_mark:
         text += " (1)"
-    return text + (" (c)" if at_chance(c) else "")
+    if at_chance(c):
+        return text + " (c)"
+    # compare's chance test is on the mean: say when some seeds learned nothing.
+    k = seeds_at_chance(c)
+    return text + (f" ({k} of {c['n']} c)" if k else "")
+
+
+def per_seed(c):
+    return " / ".join(f"{100 * v:.2f}" for _, v in c["per_seed"])
+
+
+COUNT_WORDS = ["none", "one", "two", "three", "four", "five"]
+
+
+def seeds_above_chance(c):
+    k = c["n"] - seeds_at_chance(c)
+    if k == c["n"] and k > 1:
+        return "all " + (COUNT_WORDS[k] if k < len(COUNT_WORDS) else str(k))
+    return COUNT_WORDS[k] if k < len(COUNT_WORDS) else str(k)
 
 
 class Filler:
@@ -148,6 +180,11 @@ class Filler:
         if kind == "F":
             c = self.cell(task, names[0])
             return "-" if c is None else figure(c, False)
+        if kind in ("P", "L"):
+            c = self.many.get((task, names[0]))
+            if c is None:
+                fail(f"@@{match.group(1)}@@: no several-seed record for {task} {names[0]}")
+            return per_seed(c) if kind == "P" else seeds_above_chance(c)
         if kind in ("S", "M"):
             # One cell's, or a comparison's (the set its cells come from).
             g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
@@ -180,6 +217,28 @@ def lra_table(one, many):
             c = many.get((t, name)) or one.get((t, name))
             row.append("-" if c is None else figure(c))
         rows.append("| " + " | ".join(row) + " |")
+    return "\n".join(rows)
+
+
+def seed_table(many):
+    ids = sorted({i for c in many.values() for i, _ in c["per_seed"]})
+    rows = ["| task | model | " + " | ".join(map(str, ids)) + " | mean ± sd | seeds at chance |",
+            "|---|---|" + "---:|" * (len(ids) + 2)]
+    order = {n: k for k, n in enumerate(TABLE_MODELS)}
+    for (task, name), c in sorted(many.items(), key=lambda kv: (
+            TASKS.index(kv[0][0]) if kv[0][0] in TASKS else len(TASKS),
+            order.get(kv[0][1], len(order)), kv[0][1])):
+        values = dict(c["per_seed"])
+        cells = []
+        for i in ids:
+            if i not in values:
+                cells.append("-")
+            else:
+                v = values[i]
+                cells.append(f"{100 * v:.2f}" + (" (c)" if v <= chance_bound(c) else ""))
+        mean = f"{100 * c['mean']:.2f} ± {100 * c['sd']:.2f}"
+        rows.append(f"| {task} | {name} | " + " | ".join(cells) +
+                    f" | {mean} | {seeds_at_chance(c)} of {c['n']} |")
     return "\n".join(rows)
 
 
@@ -228,6 +287,7 @@ def render(template, one, many):
     text = re.sub(r"@@([A-Z0-9]+:[^@\s]+)@@", Filler(one, many), template)
     text = text.replace("@@LRATABLE@@", lra_table(one, many))
     text = text.replace("@@CHANCE@@", chance_lines(one, many))
+    text = text.replace("@@SEEDTABLE@@", seed_table(many))
     text = text.replace("@@SUMMARY@@", summary(text))
     left = re.findall(r"@@[^@\s]*@@", text)
     if left:

@@ -174,8 +174,13 @@ def test_claims_script_refuses_bad_inputs_and_writes_nothing(tmp_path):
     cases = {
         "CLAIMS.md.in": [("@@F:listops:weird-net-a@@", "@@Q:listops:weird-net-a@@",
                           "unknown placeholder @@Q:listops:weird-net-a@@"),
-                         ("| not run | - | - |", "| maybe | - | - |", "verdict 'maybe'")],
+                         ("| not run | - | - |", "| maybe | - | - |", "verdict 'maybe'"),
+                         ("@@P:pathfinder:weird-net-a@@", "@@P:pathfinder:nope@@",
+                          "no several-seed record for pathfinder nope")],
         "lra-seeds.jsonl": [('"test_examples"', '"test_examplez"', "lra-seeds.jsonl, line 1"),
+                            ('"seed_ids":[1337,1338,1339]', '"seed_ids":[1337,1338]',
+                             "lra-seeds.jsonl, line 1"),
+                            ('"seed_values":[', '"seed_values":[0.5,', "lra-seeds.jsonl, line 1"),
                             ("{", "[", "lra-seeds.jsonl, line 1")],
         "lra-cpu.jsonl": [('"machine"', '"machina"', "lra-cpu.jsonl, line 1")],
     }
