@@ -112,7 +112,7 @@ for task in tasks:
         if "values" in s:  # several seeds
             rows[s["name"]] = (s["mean"], s["sd"], len(s["values"]))
             extra[s["name"]] = {"seed_ids": s.get("seeds"), "seed_values": s["values"]}
-            for key in ("chance_bound", "at_chance", "test_examples"):
+            for key in ("chance_bound", "at_chance", "seeds_at_chance", "test_examples"):
                 if key in s:
                     extra[s["name"]][key] = s[key]
         elif "test_accuracy" in s:  # one seed: the compare folder's per-model lines

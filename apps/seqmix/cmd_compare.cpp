@@ -75,7 +75,11 @@ int run_compare(CompareFlags& f) {
                pct ? ", percent" : "");
     for (const auto& s : r.summaries)
       fmt::print(stderr, "  {:<24} {:9.4f} +- {:.4f}{}\n", s.name, s.mean * k, s.sd * k,
-                 s.at_chance ? fmt::format("  at chance (<= {:.2f})", s.chance_bound * k) : "");
+                 s.at_chance ? fmt::format("  at chance (<= {:.2f})", s.chance_bound * k)
+                 : s.seeds_at_chance > 0
+                     ? fmt::format("  {} of {} seeds at chance (<= {:.2f})", s.seeds_at_chance,
+                                   s.values.size(), s.chance_bound * k)
+                     : "");
     for (const auto& p : r.pairs)
       fmt::print(stderr, "  {} vs {}: gap {:+.4f}, se {:.4f}: {}\n", p.a, p.b, p.gap * k,
                  p.se * k,

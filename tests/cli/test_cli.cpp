@@ -381,6 +381,10 @@ TEST(Cli, CompareWritesSummaryAndPlot) {
     EXPECT_NEAR(s.at("chance_bound").get<double>(), p + 5 * std::sqrt(p * (1 - p) / 20), 1e-12)
         << s.dump();
     EXPECT_TRUE(s.at("at_chance").get<bool>()) << s.dump();
+    int64_t below = 0;
+    for (const auto& v : s.at("values"))
+      below += v.get<double>() <= s.at("chance_bound").get<double>();
+    EXPECT_EQ(s.at("seeds_at_chance").get<int64_t>(), below) << s.dump();
     EXPECT_EQ(s.at("test_examples").get<int64_t>(), 20) << s.dump();
   }
   EXPECT_EQ(seed_lines[2].at("verdict"), "not comparable") << seed_lines[2].dump();

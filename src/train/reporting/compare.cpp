@@ -593,6 +593,7 @@ void to_json(nlohmann::json& j, const SeedSummary& s) {
     j["chance_bound"] = s.chance_bound;
     j["test_examples"] = s.test_examples;
     j["at_chance"] = s.at_chance;
+    j["seeds_at_chance"] = s.seeds_at_chance;
   }
 }
 
@@ -646,6 +647,8 @@ CompareResult compare(const CompareOptions& o) {
       s.test_examples = first.test_examples;
       s.chance_bound = chance_bound(s.chance, first.test_examples);
       s.at_chance = s.mean <= s.chance_bound;
+      s.seeds_at_chance = std::count_if(s.values.begin(), s.values.end(),
+                                        [&](double v) { return v <= s.chance_bound; });
     }
     result.summaries.push_back(std::move(s));
   }

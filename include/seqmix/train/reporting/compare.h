@@ -117,6 +117,9 @@ struct SeedSummary {
   double chance = 0, chance_bound = 0;
   int64_t test_examples = 0;
   bool at_chance = false;
+  /// How many seeds' figures are at or below chance_bound. The verdicts test the mean only,
+  /// so a mean above chance can hide seeds that learned nothing; this says how many.
+  int64_t seeds_at_chance = 0;
 };
 
 /// Two models' figures compared (a line of pairs.jsonl): gap = mean(a) - mean(b), se its
