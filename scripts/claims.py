@@ -125,9 +125,8 @@ COUNT_WORDS = ["none", "one", "two", "three", "four", "five"]
 
 def seeds_above_chance(c):
     k = c["n"] - seeds_at_chance(c)
-    if k == c["n"] and k > 1:
-        return "all " + (COUNT_WORDS[k] if k < len(COUNT_WORDS) else str(k))
-    return COUNT_WORDS[k] if k < len(COUNT_WORDS) else str(k)
+    word = COUNT_WORDS[k] if k < len(COUNT_WORDS) else str(k)
+    return f"all {word}" if k == c["n"] > 1 else word
 
 
 class Filler:
@@ -224,18 +223,15 @@ def seed_table(many):
     ids = sorted({i for c in many.values() for i, _ in c["per_seed"]})
     rows = ["| task | model | " + " | ".join(map(str, ids)) + " | mean ± sd | seeds at chance |",
             "|---|---|" + "---:|" * (len(ids) + 2)]
-    order = {n: k for k, n in enumerate(TABLE_MODELS)}
-    for (task, name), c in sorted(many.items(), key=lambda kv: (
-            TASKS.index(kv[0][0]) if kv[0][0] in TASKS else len(TASKS),
-            order.get(kv[0][1], len(order)), kv[0][1])):
-        values = dict(c["per_seed"])
-        cells = []
-        for i in ids:
-            if i not in values:
-                cells.append("-")
-            else:
-                v = values[i]
-                cells.append(f"{100 * v:.2f}" + (" (c)" if v <= chance_bound(c) else ""))
+    def place(item):
+        (task, name), _ = item
+        return (TASKS.index(task) if task in TASKS else len(TASKS),
+                TABLE_MODELS.index(name) if name in TABLE_MODELS else len(TABLE_MODELS), name)
+
+    for (task, name), c in sorted(many.items(), key=place):
+        bound, values = chance_bound(c), dict(c["per_seed"])
+        cells = ["-" if i not in values else
+                 f"{100 * values[i]:.2f}" + (" (c)" if values[i] <= bound else "") for i in ids]
         mean = f"{100 * c['mean']:.2f} ± {100 * c['sd']:.2f}"
         rows.append(f"| {task} | {name} | " + " | ".join(cells) +
                     f" | {mean} | {seeds_at_chance(c)} of {c['n']} |")
