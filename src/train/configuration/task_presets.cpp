@@ -142,16 +142,14 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
     t.lr = 3e-4;
   }
   t.warmup_steps = t.max_steps / 10;
-  if (size == "cpu" && task == "retrieval" && !ets && preset.name != "transformer") {
-    // Tuned on the validation split with the AIB encoder (docs/CLAIMS.md, "The CPU settings
-    // of Retrieval and Pathfinder"), then kept for every model on the common recipe: warming
-    // up over 400 of the 4,000 steps it stays at one class (validation 50.0%), over 30 it
-    // leaves it by step 3,000 (70.4%). Over three seeds it still learns in only one: the
-    // task has Pathfinder's plateau at this budget. The Transformer keeps the warm-up its
-    // learning rate was tuned with, ETSMLP its paper's 10%.
-    t.warmup_steps = 30;
-  }
   if (size == "cpu" && task == "retrieval") {
+    // The warm-up, tuned on the validation split with the AIB encoder (docs/CLAIMS.md, "The
+    // CPU settings of Retrieval and Pathfinder"), then kept for every model on the common
+    // recipe: warming up over 400 of the 4,000 steps it stays at one class (validation
+    // 50.0%), over 30 it leaves it by step 3,000 (70.4%). Over three seeds it still learns in
+    // only one: the task has Pathfinder's plateau at this budget. The Transformer keeps the
+    // warm-up its learning rate was tuned with, ETSMLP its paper's 10%.
+    if (!ets && preset.name != "transformer") t.warmup_steps = 30;
     // Two towers per example: scoring 2 x 2000 pairs plus as many training pairs would take
     // the Transformer half an hour on its own.
     c.data.valid_examples = 500;
