@@ -120,6 +120,16 @@ def per_seed(c):
     return " / ".join(f"{100 * v:.2f}" for _, v in c["per_seed"])
 
 
+def seed_verdict(ca, cb):
+    """compare.cpp's seed_verdict for a above b, from a's side: "better" / "worse" / "tie"
+    (a gap under 3 standard errors of the difference, or exactly zero)."""
+    se = math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"])
+    gap = ca["mean"] - cb["mean"]
+    if abs(gap) < 3 * se or gap == 0:
+        return "tie"
+    return "better" if gap > 0 else "worse"
+
+
 COUNT_WORDS = ["none", "one", "two", "three", "four", "five"]
 
 
@@ -155,8 +165,10 @@ class Filler:
             return "not comparable"
         if ca["n"] < 2 or cb["n"] < 2:
             return "undecided"
-        v = ca["verdicts"].get(b)
-        if v in (None, "undecided"):
+        # Cells from separate compare runs (another machine, a later piece of the sweep) have
+        # no pair verdict between them: compare's rule, on the records' means and sds.
+        v = ca["verdicts"].get(b) or seed_verdict(ca, cb)
+        if v == "undecided":
             return "undecided"
         if v in ("tie", "not comparable"):
             return v

@@ -199,3 +199,28 @@ def test_claims_script_refuses_bad_inputs_and_writes_nothing(tmp_path):
     (tmp_path / "lra-seeds.jsonl").unlink()
     r = run_claims("--docs", str(tmp_path))
     assert r.returncode == 1 and "lra-seeds.jsonl: No such file" in r.stderr, r.stderr
+
+
+def test_cells_from_separate_compare_runs_are_judged_by_compares_rule(tmp_path):
+    """Two three-seed cells with no pair verdict between them (made by separate compare
+    runs, e.g. on two machines) get compare's verdict from their means and sds."""
+    def cell(name, values, machine):
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        return {"task": "text", "name": name, "test_accuracy_mean": mean,
+                "test_accuracy_sd": sd, "seeds": 3, "test_majority": 0.5,
+                "seed_ids": [1337, 1338, 1339], "seed_values": values, "test_examples": 578,
+                "verdicts": {}, "machine": machine}
+    (tmp_path / "lra-cpu.jsonl").write_text("")
+    template = ("@@V:text:a:b@@ @@VR:text:a:b@@ @@V:text:a:c@@ @@V:text:c:d@@ "
+                "@@M:text:a:b@@\n")
+    (tmp_path / "CLAIMS.md.in").write_text(template)
+    cells = [cell("a", [0.90, 0.91, 0.92], "D"), cell("b", [0.80, 0.81, 0.82], "E"),
+             cell("c", [0.85, 0.95, 0.90], "E"), cell("d", [0.50, 0.51, 0.50], "E")]
+    (tmp_path / "lra-seeds.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    r = run_claims("--docs", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    # a - b = 10 points, se 0.8: a above b reproduces, "a below b" contradicts; a vs c is
+    # 0.5 points with se 2.9: tie; d is at chance (bound 60.4%): not comparable.
+    assert (tmp_path / "CLAIMS.md").read_text() == (
+        "reproduces contradicts tie not comparable D, E\n")
