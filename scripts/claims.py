@@ -10,6 +10,7 @@ docs/lra-seeds.jsonl changes every row, verdict and count that depends on it:
   @@P:task:name@@        the cell's figure per seed, "a / b / c" in the order of its seeds
   @@L:task:name@@        in how many seeds the cell is above chance: "none", "one", ... "all three"
   @@S:task:name...@@     how many seeds            @@M:task:name...@@   the machine(s)
+  @@C:task:name...@@     the command block(s): "lra" (three-seed cells), "lra-1" (single runs)
   @@G:task:a:b@@         "a vs b", with the gap and its standard errors over seeds
   @@V:task:a:b@@         the verdict on "a above b"; @@VR:...@@ on "a below b"
   @@T2:task:a:b@@, @@T3:task:a:b:c@@   the figures of two or three cells, "a / b / c"
@@ -140,9 +141,10 @@ def seeds_above_chance(c):
 
 
 class Filler:
-    """Fills the placeholders. A comparison takes all its cells from one record set: the
-    several-seed records when every cell is there, else the single runs (another set may
-    have another test split, e.g. another ListOps generator), else it is "not run"."""
+    """Fills the placeholders. A comparison takes each cell's several-seed record where
+    there is one and its single run otherwise, when all of them score the same test split
+    (as far as the records tell: majority class and size; seqmix 0.1.0's ListOps trees are
+    another split); else the single runs of all; else it is "not run"."""
 
     def __init__(self, one, many):
         self.one, self.many = one, many
@@ -151,9 +153,11 @@ class Filler:
         return self.many.get((task, name)) or self.one.get((task, name))
 
     def group(self, task, names):
-        for cells in (self.many, self.one):
-            if all((task, n) in cells for n in names):
-                return [cells[task, n] for n in names]
+        cells = [self.cell(task, n) for n in names]
+        if None not in cells and len({(c["p"], c["test_examples"]) for c in cells}) == 1:
+            return cells
+        if all((task, n) in self.one for n in names):
+            return [self.one[task, n] for n in names]
         return None
 
     def verdict(self, task, a, b, above=True):
@@ -196,6 +200,12 @@ class Filler:
             if c is None:
                 fail(f"@@{match.group(1)}@@: no several-seed record for {task} {names[0]}")
             return per_seed(c) if kind == "P" else seeds_above_chance(c)
+        if kind == "C":
+            g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
+            if g is None or g[0] is None:
+                return "-"
+            return ", ".join(t for t, n in (("lra", 2), ("lra-1", 1))
+                             if any((c["n"] >= 2) == (n == 2) for c in g))
         if kind in ("S", "M"):
             # One cell's, or a comparison's (the set its cells come from).
             g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
