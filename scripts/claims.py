@@ -243,8 +243,9 @@ def lra_table(one, many):
 
 def seed_table(many):
     ids = sorted({i for c in many.values() for i, _ in c["per_seed"]})
-    rows = ["| task | model | " + " | ".join(map(str, ids)) + " | mean ± sd | seeds at chance |",
-            "|---|---|" + "---:|" * (len(ids) + 2)]
+    rows = ["| task | model | " + " | ".join(map(str, ids)) +
+            " | mean ± sd | seeds at chance | machine |",
+            "|---|---|" + "---:|" * (len(ids) + 2) + "---|"]
     def place(item):
         (task, name), _ = item
         return (TASKS.index(task) if task in TASKS else len(TASKS),
@@ -256,7 +257,7 @@ def seed_table(many):
                  f"{100 * values[i]:.2f}" + (" (c)" if values[i] <= bound else "") for i in ids]
         mean = f"{100 * c['mean']:.2f} ± {100 * c['sd']:.2f}"
         rows.append(f"| {task} | {name} | " + " | ".join(cells) +
-                    f" | {mean} | {seeds_at_chance(c)} of {c['n']} |")
+                    f" | {mean} | {seeds_at_chance(c)} of {c['n']} | {c['machine']} |")
     return "\n".join(rows)
 
 
