@@ -200,19 +200,17 @@ class Filler:
             if c is None:
                 fail(f"@@{match.group(1)}@@: no several-seed record for {task} {names[0]}")
             return per_seed(c) if kind == "P" else seeds_above_chance(c)
-        if kind == "C":
-            g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
-            if g is None or g[0] is None:
-                return "-"
-            return ", ".join(t for t, n in (("lra", 2), ("lra-1", 1))
-                             if any((c["n"] >= 2) == (n == 2) for c in g))
-        if kind in ("S", "M"):
-            # One cell's, or a comparison's (the set its cells come from).
+        if kind in ("S", "M", "C"):
+            # One cell's, or a comparison's (the cells it reads).
             g = [self.cell(task, names[0])] if len(names) == 1 else self.group(task, names)
             if g is None or g[0] is None:
                 return "-"
             if kind == "S":
                 return str(min(c["n"] for c in g))
+            if kind == "C":
+                several = {c["n"] > 1 for c in g}
+                return ", ".join(tag for s, tag in ((True, "lra"), (False, "lra-1"))
+                                 if s in several)
             return ", ".join(sorted({c["machine"] for c in g}))
         if kind == "G":
             return self.gap(task, *names)
