@@ -164,9 +164,8 @@ RunConfig make_task_config(const std::string& family, const std::string& task,
   if (size == "cpu" && task == "pathfinder") {
     // LRA's 32 x 32 "hard" set (14 dashes, 5 distractors) left the AIB encoder at chance
     // after 1,500 steps here, and so did 16 x 16 with 14 dashes and 5 distractors or with 6
-    // and none. At 16 x 16, 6 dashes, no distractors the AIB
-    // encoder stays at 50% for 6,000 steps, then learns: 62% at step 8,000, 75% at 12,000
-    // (16 minutes on one thread; docs/CLAIMS.md). 200,000 training images (LRA had 160K of
+    // and none. At 16 x 16, 6 dashes, no distractors it stays at 50% for 6,000 steps, then
+    // learns: 62% at step 8,000, 75% at 12,000 (16 minutes on one thread; docs/CLAIMS.md). 200,000 training images (LRA had 160K of
     // 32 x 32) so that 12,000 steps of 32 see each about twice.
     c.data.pathfinder_resolution = 16;
     c.data.pathfinder_dashes = 6;
