@@ -121,11 +121,16 @@ def per_seed(c):
     return " / ".join(f"{100 * v:.2f}" for _, v in c["per_seed"])
 
 
+def gap_and_se(ca, cb):
+    """a's mean minus b's, and the standard error of that difference over seeds."""
+    return (ca["mean"] - cb["mean"],
+            math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"]))
+
+
 def seed_verdict(ca, cb):
     """compare.cpp's seed_verdict for a above b, from a's side: "better" / "worse" / "tie"
     (a gap under 3 standard errors of the difference, or exactly zero)."""
-    se = math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"])
-    gap = ca["mean"] - cb["mean"]
+    gap, se = gap_and_se(ca, cb)
     if abs(gap) < 3 * se or gap == 0:
         return "tie"
     return "better" if gap > 0 else "worse"
@@ -185,8 +190,7 @@ class Filler:
         ca, cb = g
         text = f"{figure(ca, False)} vs {figure(cb, False)}"
         if ca["n"] > 1 and cb["n"] > 1:
-            se = 100 * math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"])
-            g = 100 * (ca["mean"] - cb["mean"])
+            g, se = (100 * x for x in gap_and_se(ca, cb))
             text += f" (gap {g:+.2f}" + (f", {abs(g) / se:.1f} SE)" if se > 0 else ")")
         return text
 
