@@ -9,6 +9,7 @@ docs/lra-seeds.jsonl changes every row, verdict and count that depends on it:
                          "(k of n c)" when the mean is above chance but k seeds are not
   @@P:task:name@@        the cell's figure per seed, "a / b / c" in the order of its seeds
   @@L:task:name@@        in how many seeds the cell is above chance: "none", "one", ... "all three"
+  @@TT:task:name@@       "test / train": test and training-sample accuracy, mean ± sd over seeds
   @@S:task:name...@@     how many seeds            @@M:task:name...@@   the machine(s)
   @@C:task:name...@@     the command block(s): "lra" (three-seed cells), "lra-1" (single runs)
   @@G:task:a:b@@         "a vs b", with the gap and its standard errors over seeds
@@ -85,10 +86,15 @@ def load_cells(single, several):
                                      (float(v) for v in r["seed_values"]), strict=True))}
             if len(c["per_seed"]) != c["n"]:
                 raise ValueError(f"{len(c['per_seed'])} seed values for seeds={c['n']}")
+            if "train_seed_values" in r:
+                c["train"] = [float(v) for v in r["train_seed_values"]]
+                if len(c["train"]) != c["n"]:
+                    raise ValueError(f"{len(c['train'])} training values for seeds={c['n']}")
         except (KeyError, TypeError, ValueError) as e:
             fail(f"{several}, line {number}: expected task, name, seeds, test_accuracy_mean, "
-                 f"test_accuracy_sd, test_majority, test_examples, machine, verdicts and "
-                 f"one seed_ids / seed_values pair per seed ({e!r})")
+                 f"test_accuracy_sd, test_majority, test_examples, machine, verdicts, "
+                 f"one seed_ids / seed_values pair per seed and, if train_seed_values, "
+                 f"one of those per seed ({e!r})")
     return one, many
 
 
@@ -119,6 +125,14 @@ def figure(c, one_seed_mark=True):
 
 def per_seed(c):
     return " / ".join(f"{100 * v:.2f}" for _, v in c["per_seed"])
+
+
+def test_train(c):
+    """ "test / train" accuracy, mean ± sd over the seeds (train: the training sample)."""
+    train = c["train"]
+    mean = sum(train) / len(train)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in train) / (len(train) - 1))
+    return f"{figure(c, False)} / {100 * mean:.2f} ± {100 * sd:.2f}"
 
 
 def gap_and_se(ca, cb):
@@ -199,10 +213,14 @@ class Filler:
         if kind == "F":
             c = self.cell(task, names[0])
             return "-" if c is None else figure(c, False)
-        if kind in ("P", "L"):
+        if kind in ("P", "L", "TT"):
             c = self.many.get((task, names[0]))
             if c is None:
                 fail(f"@@{match.group(1)}@@: no several-seed record for {task} {names[0]}")
+            if kind == "TT":
+                if "train" not in c:
+                    fail(f"@@{match.group(1)}@@: {task} {names[0]} has no train_seed_values")
+                return test_train(c)
             return per_seed(c) if kind == "P" else seeds_above_chance(c)
         if kind in ("S", "M", "C"):
             # One cell's, or a comparison's (the cells it reads).

@@ -94,8 +94,9 @@ done
 # over the seeds; "=" marks a model tied with the task's best (gap under 3 standard errors),
 # "*" the best; one seed orders nothing. The last row is each task's chance level, the test
 # split's majority class (the runs' "test_majority"). $OUT/results.jsonl holds the cells
-# (with each seed's figure, the chance bound of `seqmix compare`, the verdict against every
-# other model and the command), scripts/lra-table.py prints them and draws $OUT/lra.png.
+# (with each seed's test figure and training-sample accuracy, the chance bound of `seqmix
+# compare`, the verdict against every other model and the command), scripts/lra-table.py
+# prints them and draws $OUT/lra.png.
 "$PYTHON" - "$OUT" "$TASKS" <<'EOF'
 import glob, json, os, sys
 out, tasks = sys.argv[1], sys.argv[2].split()
@@ -120,6 +121,21 @@ for task in tasks:
             rows[s["name"]] = (s["test_accuracy"], 0.0, 1)
             extra[s["name"]] = {"seed_ids": [s.get("seed")],
                               "seed_values": [s["test_accuracy"]]}
+            if "train_accuracy" in s:
+                extra[s["name"]]["train_seed_values"] = [s["train_accuracy"]]
+    # Accuracy on the training sample, seed by seed, from each seed's compare folder: set
+    # against the test figure it shows overfitting. Only when every seed has it.
+    for name, e in extra.items():
+        ids = e["seed_ids"] or []
+        if "train_seed_values" in e or len(ids) < 2:
+            continue
+        train = {}
+        for seed in ids:
+            for s in lines(os.path.join(out, task, f"seed-{seed}", "summary.jsonl")):
+                if s.get("name") == name and "train_accuracy" in s:
+                    train[seed] = s["train_accuracy"]
+        if len(train) == len(ids):
+            e["train_seed_values"] = [train[seed] for seed in ids]
     command = None
     if os.path.exists(os.path.join(out, task + ".command")):
         with open(os.path.join(out, task + ".command")) as f:

@@ -224,3 +224,30 @@ def test_cells_from_separate_compare_runs_are_judged_by_compares_rule(tmp_path):
     # 0.5 points with se 2.9: tie; d is at chance (bound 60.4%): not comparable.
     assert (tmp_path / "CLAIMS.md").read_text() == (
         "reproduces contradicts tie not comparable D, E\n")
+
+
+def test_test_train_placeholder_gives_both_means_and_checks_its_values(tmp_path):
+    """@@TT@@ sets a cell's training-sample accuracy beside its test accuracy (overfitting,
+    e.g. AIB-Net T.VI); a record whose train_seed_values do not match its seeds is refused."""
+    cell = {"task": "image", "name": "a", "test_accuracy_mean": 0.81, "test_accuracy_sd": 0.01,
+            "seeds": 3, "test_majority": 0.1, "seed_ids": [1337, 1338, 1339],
+            "seed_values": [0.80, 0.81, 0.82], "train_seed_values": [0.90, 0.92, 0.94],
+            "test_examples": 10000, "verdicts": {}, "machine": "D"}
+    (tmp_path / "lra-cpu.jsonl").write_text("")
+    (tmp_path / "CLAIMS.md.in").write_text("@@TT:image:a@@\n")
+    (tmp_path / "lra-seeds.jsonl").write_text(json.dumps(cell) + "\n")
+    r = run_claims("--docs", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "CLAIMS.md").read_text() == "81.00 ± 1.00 / 92.00 ± 2.00\n"
+    (tmp_path / "CLAIMS.md").unlink()
+    for values, message in (([0.9, 0.92], "2 training values for seeds=3"),
+                            (None, "image a has no train_seed_values")):
+        if values is None:
+            del cell["train_seed_values"]
+        else:
+            cell["train_seed_values"] = values
+        (tmp_path / "lra-seeds.jsonl").write_text(json.dumps(cell) + "\n")
+        r = run_claims("--docs", str(tmp_path))
+        assert r.returncode == 1 and message in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1, r.stderr
+        assert not (tmp_path / "CLAIMS.md").exists(), "no partial file"

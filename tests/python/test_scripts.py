@@ -130,8 +130,14 @@ def test_lra_sh_table_step_reads_compare_folders(tmp_path):
         {"a": "a", "b": "b", "verdict": "tie"}, {"a": "a", "b": "c", "verdict": "not comparable"},
         {"a": "b", "b": "c", "verdict": "not comparable"}])
     (out / "listops.command").write_text("./build/seqmix compare --task listops --seeds 3\n")
-    write_lines(out / "listops" / "seed-1337" / "summary.jsonl", [
-        {"name": "a", "test_accuracy": 0.34, "test_majority": 0.158}])
+    # Training-sample accuracy goes into a cell when every one of its seeds has it: c's
+    # three seeds do; a's seeds are not named in its summary line.
+    for seed, train in zip([1337, 1338, 1339], [0.21, 0.22, 0.23]):
+        (out / "listops" / f"seed-{seed}").mkdir(exist_ok=True)
+        write_lines(out / "listops" / f"seed-{seed}" / "summary.jsonl", [
+            {"name": "a", "test_accuracy": 0.34, "test_majority": 0.158, "train_accuracy": 0.9},
+            {"name": "c", "test_accuracy": 0.17, "test_majority": 0.158, "seed": seed,
+             "train_accuracy": train}])
     env = dict(os.environ, OUT=str(out), SEEDS="3", TASKS="listops", MODELS="a=x b=y c=z",
                TABLE_ONLY="1", PYTHON=PYTHON,
                SEQMIX=os.environ.get("SEQMIX_BIN", os.path.join(ROOT, "build", "seqmix")))
@@ -153,6 +159,7 @@ def test_lra_sh_table_step_reads_compare_folders(tmp_path):
     assert a["verdicts"] == {"b": "tie", "c": "not comparable"}
     assert c["seed_ids"] == [1337, 1338, 1339] and c["at_chance"] is True
     assert c["chance_bound"] == 0.2 and "at_chance" not in a
+    assert c["train_seed_values"] == [0.21, 0.22, 0.23] and "train_seed_values" not in a
     assert a["command"] == "./build/seqmix compare --task listops --seeds 3"
 
 
