@@ -10,6 +10,9 @@ docs/lra-seeds.jsonl changes every row, verdict and count that depends on it:
   @@P:task:name@@        the cell's figure per seed, "a / b / c" in the order of its seeds
   @@L:task:name@@        in how many seeds the cell is above chance: "none", "one", ... "all three"
   @@TT:task:name@@       "test / train": test and training-sample accuracy, mean ± sd over seeds
+  @@GO:task:a:b@@        overfitting (training-sample minus test accuracy) of a vs b, with the gap
+  @@VO:task:a:b@@        the verdict on "a overfits less than b" ("undecided" without training
+                         figures over several seeds for both)
   @@S:task:name...@@     how many seeds            @@M:task:name...@@   the machine(s)
   @@C:task:name...@@     the command block(s): "lra" (three-seed cells), "lra-1" (single runs)
   @@G:task:a:b@@         "a vs b", with the gap and its standard errors over seeds
@@ -135,6 +138,15 @@ def test_train(c):
     return f"{figure(c, False)} / {100 * mean:.2f} ± {100 * sd:.2f}"
 
 
+def overfitting(c):
+    """The cell's training-sample accuracy minus its test accuracy, seed by seed, as a cell
+    of its own (mean, sd, n): what AIB-Net T.VI and Moss T.V set against each other."""
+    gaps = [train - test for train, (_, test) in zip(c["train"], c["per_seed"])]
+    mean = sum(gaps) / len(gaps)
+    sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1))
+    return {"n": len(gaps), "mean": mean, "sd": sd}
+
+
 def gap_and_se(ca, cb):
     """a's mean minus b's, and the standard error of that difference over seeds."""
     return (ca["mean"] - cb["mean"],
@@ -197,6 +209,16 @@ class Filler:
             return v
         return "reproduces" if (v == "better") == above else "contradicts"
 
+    def overfitting_pair(self, task, a, b, kind):
+        """Both cells' overfitting (three seeds each, with training figures), or a row's text
+        when there is none to compare: "-" for a gap, a verdict for a verdict."""
+        ca, cb = self.many.get((task, a)), self.many.get((task, b))
+        if ca is None or cb is None or "train" not in ca or "train" not in cb:
+            return None, "-" if kind == "GO" else "undecided"
+        if at_chance(ca) or at_chance(cb):
+            return None, "-" if kind == "GO" else "not comparable"
+        return (overfitting(ca), overfitting(cb)), None
+
     def gap(self, task, a, b):
         g = self.group(task, [a, b])
         if g is None:
@@ -238,6 +260,18 @@ class Filler:
             return self.gap(task, *names)
         if kind in ("V", "VR"):
             return self.verdict(task, *names, above=kind == "V")
+        if kind in ("GO", "VO"):
+            pair, text = self.overfitting_pair(task, *names, kind)
+            if pair is None:
+                return text
+            oa, ob = pair
+            if kind == "VO":  # the claim: a overfits less than b
+                v = seed_verdict(oa, ob)
+                return v if v == "tie" else "reproduces" if v == "worse" else "contradicts"
+            g, se = (100 * x for x in gap_and_se(oa, ob))
+            return (f"{100 * oa['mean']:.2f} ± {100 * oa['sd']:.2f} vs "
+                    f"{100 * ob['mean']:.2f} ± {100 * ob['sd']:.2f} points (gap {g:+.2f}" +
+                    (f", {abs(g) / se:.1f} SE)" if se > 0 else ")"))
         if kind in ("T2", "T3"):
             g = self.group(task, names)
             if g is None:

@@ -251,3 +251,32 @@ def test_test_train_placeholder_gives_both_means_and_checks_its_values(tmp_path)
         assert r.returncode == 1 and message in r.stderr, r.stderr
         assert r.stderr.count("\n") == 1, r.stderr
         assert not (tmp_path / "CLAIMS.md").exists(), "no partial file"
+
+
+def test_overfitting_placeholders_compare_training_minus_test(tmp_path):
+    """@@VO:t:a:b@@ judges "a overfits less than b" by compare's rule on the per-seed
+    training-minus-test gaps; @@GO@@ prints them. A cell without training figures leaves the
+    row undecided."""
+    def cell(name, test, train):
+        c = {"task": "image", "name": name, "test_accuracy_mean": sum(test) / 3,
+             "test_accuracy_sd": 0.01, "seeds": 3, "test_majority": 0.1,
+             "seed_ids": [1337, 1338, 1339], "seed_values": test, "test_examples": 10000,
+             "verdicts": {}, "machine": "D"}
+        if train:
+            c["train_seed_values"] = train
+        return c
+    cells = [cell("a", [0.80, 0.81, 0.82], [0.90, 0.92, 0.94]),
+             cell("b", [0.80, 0.81, 0.82], [0.81, 0.82, 0.83]),
+             cell("c", [0.80, 0.81, 0.82], [0.815, 0.825, 0.825]),
+             cell("d", [0.80, 0.81, 0.82], None)]
+    (tmp_path / "lra-cpu.jsonl").write_text("")
+    (tmp_path / "lra-seeds.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    (tmp_path / "CLAIMS.md.in").write_text(
+        "@@VO:image:b:a@@ @@VO:image:a:b@@ @@VO:image:b:c@@ @@VO:image:b:d@@\n"
+        "@@GO:image:b:a@@ @@GO:image:b:d@@\n")
+    r = run_claims("--docs", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    # a: 10, 11, 12 points; b: 1, 1, 1; c: 1.5, 1.5, 0.5 (gap to b 0.17, se 0.33: a tie).
+    assert (tmp_path / "CLAIMS.md").read_text() == (
+        "reproduces contradicts tie undecided\n"
+        "1.00 ± 0.00 vs 11.00 ± 1.00 points (gap -10.00, 17.3 SE) -\n")
