@@ -130,11 +130,17 @@ def per_seed(c):
     return " / ".join(f"{100 * v:.2f}" for _, v in c["per_seed"])
 
 
+def mean_sd(values):
+    """Mean and sample standard deviation (0 for one value), as compare computes them."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def test_train(c):
     """ "test / train" accuracy, mean ± sd over the seeds (train: the training sample)."""
-    train = c["train"]
-    mean = sum(train) / len(train)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in train) / (len(train) - 1))
+    mean, sd = mean_sd(c["train"])
     return f"{figure(c, False)} / {100 * mean:.2f} ± {100 * sd:.2f}"
 
 
@@ -142,8 +148,7 @@ def overfitting(c):
     """The cell's training-sample accuracy minus its test accuracy, seed by seed, as a cell
     of its own (mean, sd, n): what AIB-Net T.VI and Moss T.V set against each other."""
     gaps = [train - test for train, (_, test) in zip(c["train"], c["per_seed"])]
-    mean = sum(gaps) / len(gaps)
-    sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1))
+    mean, sd = mean_sd(gaps)
     return {"n": len(gaps), "mean": mean, "sd": sd}
 
 
@@ -210,13 +215,15 @@ class Filler:
         return "reproduces" if (v == "better") == above else "contradicts"
 
     def overfitting_pair(self, task, a, b, kind):
-        """Both cells' overfitting (three seeds each, with training figures), or a row's text
+        """Both cells' overfitting (several seeds each, with training figures), or a row's text
         when there is none to compare: "-" for a gap, a verdict for a verdict."""
         ca, cb = self.many.get((task, a)), self.many.get((task, b))
         if ca is None or cb is None or "train" not in ca or "train" not in cb:
             return None, "-" if kind == "GO" else "undecided"
         if at_chance(ca) or at_chance(cb):
             return None, "-" if kind == "GO" else "not comparable"
+        if ca["n"] < 2 or cb["n"] < 2:
+            return None, "-" if kind == "GO" else "undecided"
         return (overfitting(ca), overfitting(cb)), None
 
     def gap(self, task, a, b):
