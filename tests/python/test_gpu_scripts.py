@@ -57,11 +57,15 @@ def test_check_ops_catches_a_wrong_kernel(tmp_path, monkeypatch):
 
 
 def test_train_compare_runs(tmp_path):
-    r = run("train_compare.py", "--device", "cpu", "--steps", "2", "--out", str(tmp_path))
+    r = run("train_compare.py", "--device", "cpu", "--steps", "4", "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.load(open(tmp_path / "train_compare.json"))
-    assert result["ok"] and len(result["losses"]["cpu"]) == 2
-    assert result["losses"]["cpu"][0] > result["losses"]["cpu"][1]  # it learns
+    losses = result["losses"]["cpu"]
+    assert result["ok"] and len(losses) == 4
+    # It learns: each step scores another batch of the repository's prose (which changes
+    # with every doc edit), so one step may go up; by the fourth the loss is about a nat
+    # below its start (5.65 -> 4.55 for seed 1), far beyond batch-to-batch noise.
+    assert losses[-1] < losses[0] - 0.3, losses
 
 
 def test_train_compare_refuses_bad_arguments(tmp_path):
