@@ -158,6 +158,12 @@ def gap_and_se(ca, cb):
             math.sqrt(ca["sd"] ** 2 / ca["n"] + cb["sd"] ** 2 / cb["n"]))
 
 
+def gap_text(ca, cb):
+    """ "(gap +x.xx, y.y SE)": a's mean minus b's in points, in standard errors."""
+    g, se = (100 * x for x in gap_and_se(ca, cb))
+    return f"(gap {g:+.2f}" + (f", {abs(g) / se:.1f} SE)" if se > 0 else ")")
+
+
 def seed_verdict(ca, cb):
     """compare.cpp's seed_verdict for a above b, from a's side: "better" / "worse" / "tie"
     (a gap under 3 standard errors of the difference, or exactly zero)."""
@@ -233,8 +239,7 @@ class Filler:
         ca, cb = g
         text = f"{figure(ca, False)} vs {figure(cb, False)}"
         if ca["n"] > 1 and cb["n"] > 1:
-            g, se = (100 * x for x in gap_and_se(ca, cb))
-            text += f" (gap {g:+.2f}" + (f", {abs(g) / se:.1f} SE)" if se > 0 else ")")
+            text += " " + gap_text(ca, cb)
         return text
 
     def __call__(self, match):
@@ -275,10 +280,8 @@ class Filler:
             if kind == "VO":  # the claim: a overfits less than b
                 v = seed_verdict(oa, ob)
                 return v if v == "tie" else "reproduces" if v == "worse" else "contradicts"
-            g, se = (100 * x for x in gap_and_se(oa, ob))
             return (f"{100 * oa['mean']:.2f} ± {100 * oa['sd']:.2f} vs "
-                    f"{100 * ob['mean']:.2f} ± {100 * ob['sd']:.2f} points (gap {g:+.2f}" +
-                    (f", {abs(g) / se:.1f} SE)" if se > 0 else ")"))
+                    f"{100 * ob['mean']:.2f} ± {100 * ob['sd']:.2f} points {gap_text(oa, ob)}")
         if kind in ("T2", "T3"):
             g = self.group(task, names)
             if g is None:
