@@ -5,8 +5,10 @@
 # self-attention heads, the Extractor without W_opt, without the adjustment, and without
 # both (Fig. 8). Writes compare.png, summary.jsonl and per-model runs under $OUT, then samples
 # from "Once upon a time" with top-p 0.6. Takes ~70 minutes on 2 cores at the defaults.
-# Environment: STEPS (default 600), BATCH (32), SEEDS (1; docs/CLAIMS.md reports one seed,
-# and each seed takes about an hour), OUT (runs/extractor-moby).
+# Environment: STEPS (default 600), BATCH (32), SEEDS (1; train.seed 1337, 1338, ...: with
+# more than one, each seed's runs go to $OUT/seed-S and summary.jsonl adds a verdict per
+# pair), EXTRA (more `seqmix compare` flags, e.g. "--threads 1", as docs/CLAIMS.md's runs),
+# OUT (runs/extractor-moby).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -16,13 +18,14 @@ steps=${STEPS:-600}
 seeds=${SEEDS:-1}
 batch=${BATCH:-32}
 out=${OUT:-runs/extractor-moby}
+extra=${EXTRA:-}
 mkdir -p "$out"
 [ -f "$out/bpe5000.model" ] ||
   ./build/seqmix tokenizer train --data moby-dick --vocab-size 5000 --out "$out/bpe5000.model"
 # table1 = the paper's Table 1 model (m = 6, d = 128, c = 512, l = 128); the presets carry its
 # training settings (AdamW lr 1e-3, constant). Runs already finished in $OUT are reused.
 ./build/seqmix compare --out "$out" --data moby-dick --tokenizer "$out/bpe5000.model" \
-  --size table1 --max-steps "$steps" --batch-size "$batch" --seed 1337 --seeds "$seeds" \
+  --size table1 --max-steps "$steps" --batch-size "$batch" --seed 1337 --seeds "$seeds" $extra \
   --run "extractor=extractor-transformer" \
   --run "attention-1-head=transformer-plain model.n_heads=1" \
   --run "attention-8-heads=transformer-plain model.n_heads=8" \
@@ -30,10 +33,13 @@ mkdir -p "$out"
   --run "extractor-no-adjustment=extractor-transformer model.extractor.adjust=false" \
   --run "extractor-no-adjustment-no-w_opt=extractor-transformer model.extractor.adjust=false \
 model.extractor.out_proj=false"
+# Samples from the first seed's models (compare keeps one seed's runs in $out itself).
+runs=$out
+[ "$seeds" = 1 ] || runs=$out/seed-1337
 for m in extractor attention-1-head attention-8-heads; do
   echo
   echo "== $m: \"Once upon a time\" (top-p 0.6) =="
-  ./build/seqmix generate "$out/$m" --prompt "Once upon a time" --top-p 0.6 --temperature 1 \
+  ./build/seqmix generate "$runs/$m" --prompt "Once upon a time" --top-p 0.6 --temperature 1 \
     --max-new-tokens 80 --seed 1
 done
 echo
