@@ -4,10 +4,12 @@
 # exactly the same batches: the Extractor Transformer, the Transformer with 1 and with 8
 # self-attention heads, the Extractor without W_opt, without the adjustment, and without
 # both (Fig. 8). Writes compare.png, summary.jsonl and per-model runs under $OUT, then samples
-# from "Once upon a time" with top-p 0.6. Takes ~70 minutes on 2 cores at the defaults.
+# from "Once upon a time" with top-p 0.6. A seed takes about 65 core-minutes (machine B of
+# docs/BENCHMARKS.md, one thread per run, two runs side by side: ~13 minutes per Extractor
+# model, ~7 per Transformer).
 # Environment: STEPS (default 600), BATCH (32), SEEDS (1; train.seed 1337, 1338, ...: with
-# more than one, each seed's runs go to $OUT/seed-S and summary.jsonl adds a verdict per
-# pair), EXTRA (more `seqmix compare` flags, e.g. "--threads 1", as docs/CLAIMS.md's runs),
+# more than one, each seed's runs go to $OUT/seed-S, summary.jsonl has each model's held-out
+# bpc per seed and pairs.jsonl a verdict per pair), EXTRA (more `seqmix compare` flags, e.g. "--threads 1", as docs/CLAIMS.md's runs),
 # OUT (runs/extractor-moby).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
