@@ -9,8 +9,8 @@
 # model, ~7 per Transformer).
 # Environment: STEPS (default 600), BATCH (32), SEEDS (1; train.seed 1337, 1338, ...: with
 # more than one, each seed's runs go to $OUT/seed-S, summary.jsonl has each model's held-out
-# bpc per seed and pairs.jsonl a verdict per pair), EXTRA (more `seqmix compare` flags, e.g. "--threads 1", as docs/CLAIMS.md's runs),
-# OUT (runs/extractor-moby).
+# bpc per seed and pairs.jsonl a verdict per pair), EXTRA (more `seqmix compare` flags, e.g.
+# "--threads 1", as docs/CLAIMS.md's runs), OUT (runs/extractor-moby).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -21,13 +21,15 @@ seeds=${SEEDS:-1}
 batch=${BATCH:-32}
 out=${OUT:-runs/extractor-moby}
 extra=${EXTRA:-}
+first_seed=1337
 mkdir -p "$out"
 [ -f "$out/bpe5000.model" ] ||
   ./build/seqmix tokenizer train --data moby-dick --vocab-size 5000 --out "$out/bpe5000.model"
 # table1 = the paper's Table 1 model (m = 6, d = 128, c = 512, l = 128); the presets carry its
 # training settings (AdamW lr 1e-3, constant). Runs already finished in $OUT are reused.
 ./build/seqmix compare --out "$out" --data moby-dick --tokenizer "$out/bpe5000.model" \
-  --size table1 --max-steps "$steps" --batch-size "$batch" --seed 1337 --seeds "$seeds" $extra \
+  --size table1 --max-steps "$steps" --batch-size "$batch" --seed "$first_seed" \
+  --seeds "$seeds" $extra \
   --run "extractor=extractor-transformer" \
   --run "attention-1-head=transformer-plain model.n_heads=1" \
   --run "attention-8-heads=transformer-plain model.n_heads=8" \
@@ -37,7 +39,7 @@ mkdir -p "$out"
 model.extractor.out_proj=false"
 # Samples from the first seed's models (compare keeps one seed's runs in $out itself).
 runs=$out
-[ "$seeds" = 1 ] || runs=$out/seed-1337
+[ "$seeds" = 1 ] || runs=$out/seed-$first_seed
 for m in extractor attention-1-head attention-8-heads; do
   echo
   echo "== $m: \"Once upon a time\" (top-p 0.6) =="
@@ -45,4 +47,4 @@ for m in extractor attention-1-head attention-8-heads; do
     --max-new-tokens 80 --seed 1
 done
 echo
-echo "plot: $out/compare.png   summary: $out/summary.jsonl"
+echo "plot: $runs/compare.png   summary: $out/summary.jsonl"
