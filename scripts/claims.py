@@ -267,7 +267,8 @@ class Filler:
                 several = {c["n"] > 1 for c in g}
                 return ", ".join(tag for s, tag in ((True, "lra"), (False, "lra-1"))
                                  if s in several)
-            return ", ".join(sorted({c["machine"] for c in g}))
+            # A record's machine may list several ("E, B": seeds on different machines).
+            return ", ".join(sorted({m for c in g for m in c["machine"].split(", ")}))
         if kind == "G":
             return self.gap(task, *names)
         if kind in ("V", "VR"):
