@@ -12,8 +12,8 @@
 #   SIZE=paper OUT=runs/lra-paper scripts/lra.sh           # the papers' hyper-parameters (days)
 #
 # The Transformer on Path-X fits (the fused attention kernel keeps O(L) memory) but takes
-# about 1.4 h of training per seed on one thread (docs/CLAIMS.md, M15); MODELS can leave it
-# out.
+# about 1.5 h of training and 50 min of evaluation per seed on one thread (docs/CLAIMS.md,
+# M15); MODELS can leave it out.
 #
 # MODELS is a list of name=preset[,section.key=value...] cells, or one of the words "main",
 # "ablations", "etsmlp-ablations" (etsmlp Tables 3 and 4); EXTRA is passed to every compare
