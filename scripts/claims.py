@@ -117,10 +117,10 @@ def seeds_at_chance(c):
     return sum(v <= chance_bound(c) for _, v in c.get("per_seed", []))
 
 
-def figure(c, one_seed_mark=True):
+def figure(c, seed_count_mark=True):
     text = f"{100 * c['mean']:.2f}" + (f" ± {100 * c['sd']:.2f}" if c["n"] > 1 else "")
     # The LRA table's cells are three seeds each; say so where one has fewer.
-    if c["n"] < SEEDS and one_seed_mark:
+    if c["n"] < SEEDS and seed_count_mark:
         text += f" ({c['n']})"
     if at_chance(c):
         return text + " (c)"
