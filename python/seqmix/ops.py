@@ -27,7 +27,8 @@ import torch
 from ._ext import _C
 from ._layers import _choice
 
-__all__ = ["aib_scan", "aib_num_levels", "aib_level_weights", "CESCoefficients",
+__all__ = ["aib_scan", "aib_scan_fallbacks", "aib_num_levels", "aib_level_weights",
+           "CESCoefficients",
            "ces_coefficients", "ces_scan", "attention", "extractor_conv"]
 
 # Loading seqmix._C registered the ops; resolving each once makes torch.ops.seqmix list them
@@ -121,6 +122,25 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
     op = _op("aib_scan", impl)
     return op(a, v, w, _mask("mask", mask, key_padding_mask),
               _choice("direction", direction, _DIRECTIONS), weights)
+
+
+def aib_scan_fallbacks():
+    """Number of times ``aib_scan``'s fused kernels left their fast path since the process
+    started (``torch.ops.seqmix.aib_scan_fallbacks()``; C++ ``seqmix::ops::aib_scan_fallbacks``).
+
+    CPU: each channel block (16 float32 or 8 float64 channels of one sequence, one pass)
+    rerun on the exponent path, and each call answered whole by the ATen scan (|A| >= 2**19
+    or a non-finite A). CUDA: each channel group of one sequence rerun by the exact kernel.
+    The answer stays exact; only speed suffers. Normal training never falls back (learned
+    distance weights of any size are handled by per-row exponents): a fallback means A spans
+    about 70 nats within a few hundred positions, |V| near the float range, or NaN/inf. The
+    first fallback of a process also warns once. Reading the CUDA count synchronises the
+    device.
+
+    Returns:
+        int, a running total (subtract two readings to count the fallbacks of some work).
+    """
+    return int(torch.ops.seqmix.aib_scan_fallbacks())
 
 
 def aib_num_levels(max_len):

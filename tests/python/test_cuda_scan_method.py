@@ -5,10 +5,16 @@ tests/gpu/check_ops.py), with tiles and chunks small enough to give many of them
 - aib_scan (src/mixers/aib/cuda/aib_scan_cuda.cu): the split of the levels at m into a tile
   pass (with a halo of T positions before the tile) and a column pass over the [R, T] view,
   and the backward's per-level recomputation of the weight gradients, with the T positions
-  after the tile for the transposed low levels;
+  after the tile for the transposed low levels; then the kernels' scaled arithmetic in
+  float32 itself (scaled_forward / scaled_backward: a scale per tile, power-of-two row
+  exponents per high level, the next tile's adjoints brought to this tile's scale), held
+  against a float64 log-space oracle where the distance weights' products are far beyond
+  float32's range;
 - ces_scan (src/mixers/ces/cuda/ces_scan_cuda.cu): chunk summaries, incoming states carried
   with ds/dmu, the swapped parts for the input gradient, and the parameter gradients' sums.
 """
+import math
+
 import pytest
 import torch
 
@@ -111,6 +117,261 @@ def test_backward_gives_the_adjoint_and_the_weight_gradients(L, tile_bits):
     P, grad = backward(x, lw.detach(), y, tile_bits)
     torch.testing.assert_close(P, xg.grad, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad, lw.grad, rtol=1e-10, atol=1e-10)
+
+
+# ---- The CUDA AIB kernels' scaled arithmetic, step by step in the kernels' dtype ----
+
+LOG2E = 1.4426950408889634
+
+
+def _row_bits(dtype):
+    """Mantissas are kept below 2^this (the kernels' kRowBits)."""
+    return 500 if dtype == torch.float64 else 64
+
+
+def _tiles(a, v, mask, T, R):
+    """The padded inputs: index T + p <-> position p; A is -inf and V 0 where padded."""
+    B, L, D = a.shape
+    ap = torch.full((B, (R + 1) * T, D), float("-inf"), dtype=a.dtype)
+    vp = torch.zeros(B, (R + 1) * T, D, dtype=a.dtype)
+    am = a if mask is None else a.masked_fill(~mask.unsqueeze(-1), float("-inf"))
+    vm = v if mask is None else v.masked_fill(~mask.unsqueeze(-1), 0)
+    ap[:, T:T + L] = am
+    vp[:, T:T + L] = vm
+    return ap, vp
+
+
+def _window_x(wa, wv, c):
+    """(E V, E) with E = exp(A - c); 0 where A is -inf or the window is empty (c = -inf)."""
+    empty = (wa == float("-inf")) | (c == float("-inf")).unsqueeze(1)
+    e = torch.where(empty, torch.zeros_like(wa), torch.exp(wa - c.unsqueeze(1)))
+    return e * wv, e
+
+
+def scaled_forward(a, v, lw, tile_bits, mask=None):
+    """tile_forward, row_factors and column_forward in the dtype of a (float32 or float64)."""
+    B, L, D = a.shape
+    K = lw.shape[0]
+    m = min(K, tile_bits)
+    T, nh = 1 << m, K - m
+    R = -(-L // T)
+    ap, vp = _tiles(a, v, mask, T, R)
+    shift, beta0, row_bits = _tile_bounds(lw[:m], T, a.dtype)
+    zh = torch.zeros(B, R * T, D, dtype=a.dtype)
+    zu = torch.zeros_like(zh)
+    c = torch.empty(B, R, D, dtype=a.dtype)
+    for r in range(R):
+        wa, wv = ap[:, r * T:r * T + 2 * T], vp[:, r * T:r * T + 2 * T]
+        top = wa.max(1).values
+        cr = torch.where(top == float("-inf"), top, torch.ceil(top.double() + shift).to(a.dtype))
+        c[:, r] = cr
+        h, u = _window_x(wa, wv, cr)
+        h, u = levels(h, lw, 0, m), levels(u, lw, 0, m)
+        zh[:, r * T:(r + 1) * T], zu[:, r * T:(r + 1) * T] = h[:, T:], u[:, T:]
+    fa, fb = row_factors(c, lw[m:], beta0, row_bits)
+    H, U = zh.view(B, R, T, D).clone(), zu.view(B, R, T, D).clone()
+    for i in range(nh):
+        H, U = row_level(H, fa[i], fb[i], 1 << i), row_level(U, fa[i], fb[i], 1 << i)
+    H, U = H.reshape(B, R * T, D)[:, :L], U.reshape(B, R * T, D)[:, :L]
+    valid = torch.ones(B, L, 1, dtype=torch.bool) if mask is None else mask.unsqueeze(-1)
+    tiny = 2.0 ** (-900 if a.dtype == torch.float64 else -100)
+    ok = bool(((U >= tiny) & torch.isfinite(H) & torch.isfinite(U) | ~valid).all())
+    out = torch.where(valid, H / torch.where(valid, U, torch.ones_like(U)), torch.zeros_like(H))
+    return out, ok
+
+
+def row_factors(c, lw_hi, beta0, row_bits):
+    """The row_factors kernel: fa, fb [nh, B, R, D] in the dtype of c, formed in float64.
+    Row r's values are mantissas x 2^e_r x exp(c_r); each level re-picks the integer e_r so
+    that the row's mantissas stay below 2^row_bits, from an upper bound on them (beta0: log2
+    of the tile pass's; an empty row, c = -inf, holds zeros and sets no bound)."""
+    B, R, D = c.shape
+    nh = lw_hi.shape[0]
+    ninf = float("-inf")
+    cs = torch.where(c == ninf, torch.zeros_like(c), c).double()
+    e = torch.zeros(B, R, D, dtype=torch.int64)
+    bound = torch.where(c == ninf, torch.full_like(cs, ninf), beta0.double().expand(B, R, D))
+    fa = torch.ones(nh, B, R, D, dtype=torch.float64)
+    fb = torch.zeros(nh, B, R, D, dtype=torch.float64)
+    for i in range(nh):
+        rs = 1 << i
+        for r in range(R - 1, rs - 1, -1):
+            t = ((lw_hi[i].double() + (cs[:, r - rs] - cs[:, r])) * LOG2E).clamp(-2**26, 2**26)
+            k = torch.round(t)
+            wm = torch.exp2(t - k)
+            src = bound[:, r - rs] + k + torch.log2(wm)
+            top = torch.maximum(bound[:, r], src)
+            low = torch.minimum(bound[:, r], src)
+            new = torch.where(top == ninf, top, top + torch.log2(1 + torch.exp2(low - top)))
+            en = torch.where(new == ninf, e[:, r], torch.ceil(new).long() - row_bits)
+            eb = e[:, r - rs] + k.long()
+            a = torch.exp2((e[:, r] - en).clamp(min=-1100).double())
+            b = wm * torch.exp2((eb - en).clamp(min=-1100).double())
+            fa[i, :, r] = torch.where(bound[:, r] == ninf, torch.zeros_like(a), a)
+            fb[i, :, r] = torch.where(bound[:, r - rs] == ninf, torch.zeros_like(b), b)
+            e[:, r] = en
+            bound[:, r] = new
+    return fa.to(c.dtype), fb.to(c.dtype)
+
+
+def _tile_bounds(lw_lo, T, dtype):
+    """The tile scale's shift (nats) and log2 of the bound on the tile pass's mantissas."""
+    row_bits = _row_bits(dtype)
+    pos = lw_lo.double().clamp(min=0).sum(0)
+    shift = (pos + math.log(2 * T) - row_bits * math.log(2)).clamp(min=0)
+    beta0 = math.log2(2 * T) + (pos - shift) * LOG2E
+    return shift, beta0, row_bits
+
+
+def row_level(x, fa, fb, s, transposed=False):
+    """x [B, R, T, D]: x'_r = fa_r x_r + fb_r x_{r-s}, or the transpose
+    x'_r = fa_r x_r + fb_{r+s} x_{r+s}."""
+    out = fa.unsqueeze(2) * x
+    if s < x.shape[1]:
+        if transposed:
+            out[:, :-s] += fb[:, s:].unsqueeze(2) * x[:, s:]
+        else:
+            out[:, s:] += fb[:, s:].unsqueeze(2) * x[:, :-s]
+    return out
+
+
+def scaled_backward(a, v, lw, g, tile_bits, mask=None):
+    """tile_forward, row_factors, column_backward and tile_backward: dA, dV, d lw."""
+    B, L, D = a.shape
+    K = lw.shape[0]
+    m = min(K, tile_bits)
+    T, nh = 1 << m, K - m
+    R = -(-L // T)
+    dt = a.dtype
+    ap, vp = _tiles(a, v, mask, T, R)
+    shift, beta0, row_bits = _tile_bounds(lw[:m], T, dt)
+    z = torch.zeros(2, B, R * T, D, dtype=dt)
+    c = torch.empty(B, R, D, dtype=dt)
+    for r in range(R):
+        wa, wv = ap[:, r * T:r * T + 2 * T], vp[:, r * T:r * T + 2 * T]
+        top = wa.max(1).values
+        c[:, r] = torch.where(top == float("-inf"), top, torch.ceil(top.double() + shift).to(dt))
+        h, u = _window_x(wa, wv, c[:, r])
+        z[0, :, r * T:(r + 1) * T] = levels(h, lw, 0, m)[:, T:]
+        z[1, :, r * T:(r + 1) * T] = levels(u, lw, 0, m)[:, T:]
+    fa, fb = row_factors(c, lw[m:], beta0, row_bits)
+    grad = torch.zeros(K, D, dtype=torch.float64)
+    z0 = z.view(2, B, R, T, D)
+    snaps = [z0]
+    for i in range(nh):
+        snaps.append(torch.stack([row_level(snaps[-1][k], fa[i], fb[i], 1 << i) for k in (0, 1)]))
+    H, U = snaps[-1][0].reshape(B, R * T, D), snaps[-1][1].reshape(B, R * T, D)
+    valid = torch.zeros(B, R * T, 1, dtype=torch.bool)
+    valid[:, :L] = True if mask is None else mask.unsqueeze(-1)
+    gp = torch.zeros(B, R * T, D, dtype=dt)
+    gp[:, :L] = g
+    Us = torch.where(valid, U, torch.ones_like(U))
+    yh = torch.where(valid, gp / Us, torch.zeros_like(U))
+    yu = torch.where(valid, -yh * (H / Us), torch.zeros_like(U))
+    y = torch.stack([yh, yu]).view(2, B, R, T, D)
+    for i in range(nh - 1, -1, -1):
+        s = 1 << i
+        if s < R:
+            terms = (y[:, :, s:] * snaps[i][:, :, :-s]).sum(0).double()
+            grad[m + i] += (fb[i][:, s:].unsqueeze(2).double() * terms).sum((0, 1, 2))
+        y = torch.stack([row_level(y[k], fa[i], fb[i], s, transposed=True) for k in (0, 1)])
+    y = y.reshape(2, B, R * T, D)
+    Y = torch.zeros(2, B, (R + 1) * T, D, dtype=dt)
+    Y[:, :, :R * T] = y
+    da = torch.zeros(B, R * T, D, dtype=dt)
+    dv = torch.zeros_like(da)
+    for r in range(R):
+        cr = c[:, r]
+        x0h, x0u = _window_x(ap[:, r * T:r * T + 2 * T], vp[:, r * T:r * T + 2 * T], cr)
+        ybuf = Y[:, :, r * T:r * T + 2 * T].clone()
+        if r + 1 < R:
+            cn = c[:, r + 1]
+            empty = (cn == float("-inf")) | (cr == float("-inf"))
+            assert bool((empty | (cr.double() - cn.double() < 80)).all()), "gap: exact path"
+            nxt = torch.where(empty, torch.zeros_like(cr), torch.exp(cr - torch.where(empty, cr, cn)))
+            ybuf[:, :, T:] *= nxt.unsqueeze(1)
+        for j in range(m - 1, -1, -1):
+            s = 1 << j
+            xwh, xwu = levels(x0h, lw, 0, j), levels(x0u, lw, 0, j)
+            terms = ybuf[0, :, :T] * xwh[:, T - s:2 * T - s] + ybuf[1, :, :T] * xwu[:, T - s:2 * T - s]
+            grad[j] += torch.exp(lw[j]).double() * terms.double().sum((0, 1))
+            ybuf = torch.stack([levels(ybuf[k], lw[j:j + 1], 0, 1, s, transposed=True)
+                                for k in (0, 1)])
+        eh, eu = x0h[:, T:], x0u[:, T:]
+        da[:, r * T:(r + 1) * T] = eh * ybuf[0, :, :T] + eu * ybuf[1, :, :T]
+        dv[:, r * T:(r + 1) * T] = eu * ybuf[0, :, :T]
+    return da[:, :L], dv[:, :L], grad
+
+
+def log_space_scan(a, v, lw, mask=None):
+    """O_i = sum_{j <= i} softmax_j(log a_{i-j} + A_j) V_j, with log a_d the sum of lw over the
+    set bits of d: finite in float64 for any weights, differentiable by autograd."""
+    B, L, D = a.shape
+    log_lag = [torch.zeros(D, dtype=a.dtype)]
+    for d in range(1, L):
+        low = d & -d
+        log_lag.append(log_lag[d - low] + lw[low.bit_length() - 1])
+    ll = torch.stack(log_lag)
+    idx = torch.arange(L)
+    dist = idx.unsqueeze(1) - idx.unsqueeze(0)
+    logits = ll[dist.clamp(min=0)].unsqueeze(0) + a.unsqueeze(1)  # [B, i, j, D]
+    allowed = (dist >= 0).view(1, L, L, 1)
+    if mask is not None:
+        allowed = allowed & mask.view(B, 1, L, 1)
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    p = torch.softmax(logits, 2).nan_to_num(0.0)
+    out = (p * v.unsqueeze(1)).sum(2)
+    return out if mask is None else out * mask.unsqueeze(-1)
+
+
+def _hard_inputs(L, D, seed, masked):
+    """A ~ N(0, 3^2) plus a slow drift of +-15, and level weights whose products reach e^+-300:
+    the default initialisation's tail and beyond."""
+    g = torch.Generator().manual_seed(seed)
+    K = max(1, (L - 1).bit_length())
+    a = 3 * torch.randn(2, L, D, generator=g, dtype=torch.float64)
+    a += 15 * torch.sin(torch.arange(L, dtype=torch.float64) / 40).view(1, L, 1)
+    v = torch.randn(2, L, D, generator=g, dtype=torch.float64)
+    lw = torch.cumsum(torch.randn(K, D, generator=g, dtype=torch.float64), 0)
+    lw[K // 2:] += torch.linspace(-60, 60, D, dtype=torch.float64)  # the high levels
+    mask = None
+    if masked:
+        mask = torch.rand(2, L, generator=g) > 0.2
+        mask[1, : L // 3] = False
+    return a, v, lw, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("L,tile_bits,masked", [(1, 2, False), (7, 2, False), (100, 3, True),
+                                                (300, 4, False), (300, 3, True), (513, 5, True)])
+def test_scaled_method_is_exact_where_the_weights_leave_float_range(dtype, L, tile_bits, masked):
+    a, v, lw, mask = _hard_inputs(L, 6, L + tile_bits, masked)
+    a, v = a.requires_grad_(), v.requires_grad_()
+    lwg = lw.clone().requires_grad_()
+    expect = log_space_scan(a, v, lwg, mask)
+    g = torch.randn(expect.shape, dtype=torch.float64)
+    (expect * g).sum().backward()
+    out, ok = scaled_forward(a.detach().to(dtype), v.detach().to(dtype), lw.to(dtype), tile_bits,
+                             mask)
+    assert ok, "the fast path's checks failed: the kernels would take the exact path"
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(out.double(), expect.detach(), **tol)
+    da, dv, dlw = scaled_backward(a.detach().to(dtype), v.detach().to(dtype), lw.to(dtype),
+                                  g.to(dtype), tile_bits, mask)
+    torch.testing.assert_close(da.double(), a.grad, **tol)
+    torch.testing.assert_close(dv.double(), v.grad, **tol)
+    want = lwg.grad if lwg.grad is not None else torch.zeros_like(lw)  # L = 1: no level used
+    scale = want.abs().max().item() + 1
+    torch.testing.assert_close(dlw / scale, want / scale, **tol)
+
+
+def test_the_unscaled_arithmetic_overflows_on_the_same_inputs():
+    """The inputs above do need the scales: plain float32 E = exp(A) with W applied directly
+    overflows or underflows."""
+    a, v, lw, _ = _hard_inputs(300, 6, 1, False)
+    x = torch.exp(a[:1].float()), torch.exp(a[:1].float()) * v[:1].float()
+    u = direct(x[0], lw.float())
+    assert not bool(torch.isfinite(u).all()) or bool((u[:, 1:] == 0).any())
 
 
 # ---- The CUDA CES scan (src/mixers/ces/cuda/ces_scan_cuda.cu) ----

@@ -85,12 +85,15 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// no NaN wherever the exact result is finite. Method (details in src/mixers/aib/cpu/):
 /// * Fast path, plain floating point: E = exp(A - c) with one scale c per tile of 128
 ///   positions and channel, the running maximum of A over the valid positions so far plus a
-///   shift that keeps the largest possible sum of distance weights (prod max(1, W_j) over the
-///   levels the tile can reach) at 2^100 (float). c only grows along the scan, so carrying an
-///   earlier tile's sums into a later one multiplies them by exp(c_earlier - c_later) <= 1,
-///   folded into that level's weight; O = H / U is unchanged by the scale. Every result is
-///   checked where it is final: each live U within [2^-100, max] (float), O or the
-///   gradients finite.
+///   shift that keeps the largest possible sum inside a tile (prod max(1, W_j) over the
+///   levels below the tile length) at 2^100 (float). c only grows along the scan, so carrying
+///   an earlier tile's sums into a later one multiplies them by exp(c_earlier - c_later) <= 1,
+///   folded into that level's weight. The levels of a tile's length or more combine whole
+///   rows of tiles, and each row keeps one power-of-two exponent per level (integer
+///   arithmetic), so learned distance weights of any size stay exact (weird-net's w ~ N(0, 1)
+///   puts prod W_j past float's range in about 1 channel of 300 at K = 14). O = H / U is
+///   unchanged by the scales. Every result is checked where it is final: each live U within
+///   [2^-100, max] (float), O or the gradients finite.
 /// * Exponent path, for any channel block whose check fails (and always exact): every running
 ///   sum is kept as mantissas times a shared power-of-two exponent per position and channel,
 ///   so exp(A) for |A| up to 2^19 (e.g. A ~ N(0, 30^2)) and products of distance weights far
@@ -129,5 +132,18 @@ at::Tensor aib_scan_kernel(const at::Tensor& a, const at::Tensor& v, const at::T
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                     const at::Tensor& mask, Direction direction, AIBWeights weights,
                     Backend backend = Backend::kernel);
+
+/// Number of times the fused kernels left their fast path since the process started, on all
+/// devices: on the CPU, each channel block (16 float or 8 double channels of one sequence,
+/// one pass) rerun on the exponent path, and each call sent whole to the ATen scan
+/// (|A| >= 2^19 or a non-finite A); on CUDA, each channel group of one sequence rerun by the
+/// exact kernel (src/mixers/aib/cuda/). Normal training never falls back: a fallback means
+/// A spans about 70 nats or more inside 128 positions (256 on CUDA), |V| near the float range,
+/// or NaN/infinity; it is exact but several times slower. The first fallback a process sees
+/// raises a one-time warning (TORCH_WARN_ONCE; on CUDA when the count is next read or a later
+/// call finds it already copied to the host). Reading the CUDA count synchronises the current
+/// device. Also the op seqmix::aib_scan_fallbacks() -> int
+/// (torch.ops.seqmix.aib_scan_fallbacks(), seqmix.ops.aib_scan_fallbacks()).
+int64_t aib_scan_fallbacks();
 
 }  // namespace seqmix::ops

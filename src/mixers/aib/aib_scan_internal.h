@@ -40,4 +40,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_stable_backward(
     const at::Tensor& grad, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
     const at::Tensor& mask, Direction direction, AIBWeights weights);
 
+/// Fallback counting (aib_scan_fallbacks): the CUDA kernels register a reader of their device
+/// counter when they are linked in; aib_note_fallbacks warns once per process when a count
+/// shows a fallback.
+using AIBFallbackReader = int64_t (*)();
+void aib_register_cuda_fallback_reader(AIBFallbackReader reader);
+void aib_note_fallbacks(int64_t count);
+void aib_count_stable_fallback();
+
 }  // namespace seqmix::ops

@@ -2,6 +2,8 @@
 // their hand-written backward (seqmix::_aib_scan_backward) under Autograd, shapes alone under
 // Meta, and autocast switched off inside the op under AutocastCPU.
 #include <ATen/Parallel.h>
+
+#include <atomic>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -64,6 +66,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_stable_backward(
 }
 
 namespace {
+std::atomic<AIBFallbackReader> g_cuda_fallbacks{nullptr};
+std::atomic<int64_t> g_stable_fallbacks{0};
+}  // namespace
+
+void aib_register_cuda_fallback_reader(AIBFallbackReader reader) { g_cuda_fallbacks.store(reader); }
+
+void aib_count_stable_fallback() { g_stable_fallbacks.fetch_add(1, std::memory_order_relaxed); }
+
+void aib_note_fallbacks(int64_t count) {
+  if (count <= 0) return;
+  TORCH_WARN_ONCE(
+      "seqmix.aib_scan: the fused kernel left its fast path for the exact fallback (",
+      count, " so far; seqmix.ops.aib_scan_fallbacks() counts them). The result is exact but "
+      "several times slower. Causes: A spanning ~70 nats or more within a few hundred "
+      "positions, |V| near the float range, or NaN/infinity in the inputs.");
+}
+
+int64_t aib_scan_fallbacks() {
+  int64_t n = cpu::aib_fast_path_fallbacks() + g_stable_fallbacks.load();
+  if (const AIBFallbackReader cuda = g_cuda_fallbacks.load()) n += cuda();
+  aib_note_fallbacks(n);
+  return n;
+}
+
+namespace {
 
 int64_t levels_for(int64_t L) { return L > 1 ? aib_num_levels(L) : 0; }
 
@@ -119,6 +146,24 @@ bool within_kernel_range(const at::Tensor& a) {
 
 AIBWeights weights_arg(c10::string_view s) { return aib_weights_arg("aib_scan", s); }
 
+int64_t aib_scan_fallbacks_cpu() {
+  return cpu::aib_fast_path_fallbacks() + g_stable_fallbacks.load();
+}
+
+// Warns (once per process) when the CPU kernels fell back during the watched call.
+class FallbackWatch {
+ public:
+  FallbackWatch() : before_(cpu::aib_fast_path_fallbacks()) {}
+  ~FallbackWatch() {
+    if (cpu::aib_fast_path_fallbacks() != before_) aib_note_fallbacks(aib_scan_fallbacks_cpu());
+  }
+  FallbackWatch(const FallbackWatch&) = delete;
+  FallbackWatch& operator=(const FallbackWatch&) = delete;
+
+ private:
+  int64_t before_;
+};
+
 // The kernel's mask argument: none is an empty tensor.
 at::Tensor kernel_mask(const at::Tensor& mask) {
   return mask.defined() ? mask.contiguous() : at::empty({0}, at::kBool);
@@ -134,7 +179,12 @@ at::Tensor aib_scan_cpu(const at::Tensor& a_in, const at::Tensor& v_in,
   const AIBWeights weights = weights_arg(weights_s);
   const at::Tensor w = detail::or_undefined(w_opt), mask = detail::or_undefined(mask_opt);
   aib_check_inputs("aib_scan", a_in, v_in, w, mask, direction, weights);
-  if (!within_kernel_range(a_in)) return aib_scan_stable(a_in, v_in, w, mask, direction, weights);
+  if (!within_kernel_range(a_in)) {
+    aib_count_stable_fallback();
+    aib_note_fallbacks(aib_scan_fallbacks_cpu());
+    return aib_scan_stable(a_in, v_in, w, mask, direction, weights);
+  }
+  const FallbackWatch watch;
   const at::Tensor a = a_in.contiguous(), v = v_in.contiguous();
   const at::Tensor lw = aib_log_weights(w, a, weights), m = kernel_mask(mask);
   const bool bidirectional = direction == Direction::bidirectional;
@@ -164,8 +214,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aib_scan_backward_cpu(
   const AIBWeights weights = weights_arg(weights_s);
   const at::Tensor w = detail::or_undefined(w_opt), mask = detail::or_undefined(mask_opt);
   aib_check_inputs("_aib_scan_backward", a_in, v_in, w, mask, direction, weights);
-  if (!within_kernel_range(a_in))
+  if (!within_kernel_range(a_in)) {
+    aib_count_stable_fallback();
+    aib_note_fallbacks(aib_scan_fallbacks_cpu());
     return aib_scan_stable_backward(grad_in, a_in, v_in, w, mask, direction, weights);
+  }
+  const FallbackWatch watch;
   const at::Tensor a = a_in.contiguous(), v = v_in.contiguous();
   const at::Tensor lw = aib_log_weights(w, a, weights), m = kernel_mask(mask);
   const bool bidirectional = direction == Direction::bidirectional;
@@ -290,6 +344,11 @@ at::Tensor aib_scan_autocast(const at::Tensor& a, const at::Tensor& v,
 }
 
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(seqmix, m) {
+  // No tensor argument, so one kernel serves every device (the dispatcher's catch-all).
+  m.def("aib_scan_fallbacks() -> int", &aib_scan_fallbacks);
+}
 
 TORCH_LIBRARY_IMPL(seqmix, CPU, m) {
   m.impl("aib_scan", &aib_scan_cpu);

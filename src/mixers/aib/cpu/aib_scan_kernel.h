@@ -13,10 +13,14 @@
 //   stores; the blocks of an item run in lock step, so each row's adjacent lines are fetched
 //   together.
 // * Fast path: plain floating point with E = exp(A - c), c per tile of positions: the running
-//   max of A plus a shift for large distance weights (the rescale between tiles is folded
-//   into the level weights). Results are checked where they are final (live U in
-//   [2^kTinyExp, max], finite outputs or gradients); a block that fails reruns on the
-//   exponent path, from a staged dense copy.
+//   max of A plus a shift for large weights of the levels inside a tile (the rescale between
+//   tiles is folded into the level weights). The levels longer than a tile combine whole
+//   rows, so each row carries one power-of-two exponent per level (exact integer
+//   arithmetic): the distance weights' product can take any value without overflow, and a
+//   row's sums never fall below the smallest U of the rows that form them. Results are
+//   checked where they are final (live U in [2^kTinyExp, max], finite outputs or
+//   gradients); a block that fails (A spanning ~70 nats inside a tile, |V| near the float
+//   range, NaN or infinity) reruns on the exponent path, from a staged dense copy.
 // * Exponent path (fallback, always exact): every running sum is a mantissa pair (h = E V,
 //   u = E) with one shared power-of-two exponent per position and channel; adding two terms
 //   rescales the smaller by 2^-(gap) with exponent arithmetic, so neither exp(A) nor products
@@ -71,8 +75,10 @@ struct AIBFastLayout {
   bool backward;
   // Offsets in vectors (one vector = one position of one channel block) into block scratch:
   // state [2][Lp], carries, column chunk, backward tile area and adjoint carries, the tile
-  // scales [R] and the column levels' per-row weights [nh][R].
-  int64_t state, carry, chunk, tile, rcarry, scales, roww, total;
+  // scales [R], the rows' power-of-two exponents [R] while the column factors are formed,
+  // and the column levels' per-row factors [nh][R] for the row itself (rowa) and for the
+  // row it absorbs (rowb).
+  int64_t state, carry, chunk, tile, rcarry, scales, rowe, rowa, rowb, total;
 };
 
 /// Positions per tile are 2^kAIBFastTileBits (at most).
@@ -99,8 +105,10 @@ inline AIBFastLayout aib_fast_layout(int64_t L, int64_t K, bool backward) {
   f.tile = f.chunk + per_col * f.C;
   f.rcarry = f.tile + (backward ? 2 * (f.m + 1) * f.T : 0);
   f.scales = f.rcarry + (backward ? 4 * f.T : 0);
-  f.roww = f.scales + f.R;
-  f.total = f.roww + f.nh * f.R;
+  f.rowe = f.scales + f.R;
+  f.rowa = f.rowe + f.R;
+  f.rowb = f.rowa + f.nh * f.R;
+  f.total = f.rowb + f.nh * f.R;
   return f;
 }
 

@@ -352,18 +352,20 @@ FastSetup<T> fast_setup(const FastBlock<T>& b) {
   return f;
 }
 
-// How far E is scaled down (in nats) for positions up to q: the weight of distance d is at
-// most prod_j max(1, W_j) over the levels with 2^j <= d <= q, and E <= 1, so every U up to q
-// is at most (q + 1) times that; the shift keeps this bound at 2^kSafeExp (|V| may take up
-// the slack; the checks where results are final catch the rest). It grows with q, so the
-// tile scales still only grow.
+// How far E is scaled down (in nats) for the tiles up to position q: after the tile levels
+// (shifts below T = 2^m), a sum at q covers distances d < min(q + 1, T), whose weights are at
+// most prod_j max(1, W_j) over the levels j < m with 2^j <= q, and E <= 1, so every U is at
+// most min(q + 1, T) times that; the shift keeps this bound at 2^kSafeExp (|V| may take up
+// the slack; the checks where results are final catch the rest). The longer levels are
+// scaled row by row instead (fast_phase1). The shift grows with q, so the tile scales still
+// only grow.
 template <typename T>
-inline V<T> shift_upto(const FastSetup<T>& f, int64_t q) {
+inline V<T> shift_upto(const FastSetup<T>& f, int64_t q, int64_t m) {
   int64_t levels = 0;
-  while (levels < 63 && (int64_t{1} << levels) <= q) ++levels;
+  while (levels < m && (int64_t{1} << levels) <= q) ++levels;
   constexpr double ln2 = 0.6931471805599453;
-  const V<T> s = f.pos[levels] + static_cast<T>(std::log(static_cast<double>(q) + 1) -
-                                                  Traits<T>::kSafeExp * ln2);
+  const double reach = static_cast<double>(std::min(q + 1, int64_t{1} << m));
+  const V<T> s = f.pos[levels] + static_cast<T>(std::log(reach) - Traits<T>::kSafeExp * ln2);
   return s > splat<T>(0) ? s : V<T>{};
 }
 
@@ -548,7 +550,7 @@ void phase1_tile(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay, int64_t 
   for (int64_t k = 0; k < n; ++k) {
     FastRun<T>& r = runs[k];
     r.runmax = mx[k] > r.runmax ? mx[k] : r.runmax;
-    c[k] = (r.base + lay.scales)[t] = r.runmax + shift_upto(r.f, qmax);
+    c[k] = (r.base + lay.scales)[t] = r.runmax + shift_upto(r.f, qmax, lay.m);
   }
   V<T>* h[aib_group_blocks()] = {};
   for (int64_t k = 0; k < n; ++k) h[k] = runs[k].base + lay.state + t0;
@@ -564,21 +566,47 @@ void phase1_tile(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay, int64_t 
   }
 }
 
-// Phase 1 of both passes for the live blocks, then each one's column-level weights per row
-// with the rescale from row r - 2^i to row r folded in ([nh][R] at lay.roww).
+// The column levels' factors of one block. Row r's sums are mantissas x_r times
+// exp(c_r) 2^e_r: c_r its tile scale from phase 1, e_r an integer exponent, 0 before the
+// first column level. Column level i (shift rs rows, weight W) makes X_r + W X_{r - rs}; with
+// exp(lw + c_{r - rs} - c_r) = wm 2^k (exact split), the new exponent is
+// e'_r = max(e_r, e_{r - rs} + k), and x'_r = rowa x_r + rowb x_{r - rs} with
+// rowa = 2^(e_r - e'_r) and rowb = wm 2^(e_{r - rs} + k - e'_r), both at most ~1.4.
+// Exponent arithmetic is exact, so no rounding of a scale ever changes an effective weight,
+// and the weights' product over all levels can be anything: a row dwarfed by the one it
+// absorbs flushes to zero only where it is negligible beside it.
+template <typename T>
+void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
+  const V<T>* c = run.base + lay.scales;
+  auto* e = reinterpret_cast<I<T>*>(run.base + lay.rowe);
+  V<T>*ra = run.base + lay.rowa, *rb = run.base + lay.rowb;
+  for (int64_t r = 0; r < lay.R; ++r) e[r] = I<T>{};
+  for (int64_t i = 0; i < lay.nh; ++i) {
+    const int64_t rs = int64_t{1} << i;
+    for (int64_t r = 0; r < std::min(rs, lay.R); ++r) {
+      ra[i * lay.R + r] = splat<T>(1);
+      rb[i * lay.R + r] = V<T>{};
+    }
+    // Descending, so e[r - rs] is still the exponent before this level when it is read.
+    for (int64_t r = lay.R - 1; r >= rs; --r) {
+      V<T> wm;
+      I<T> k;
+      exp_split<T>(run.f.lw[lay.m + i] + (c[r - rs] - c[r]), wm, k);
+      const I<T> eb = wrap_add<T>(e[r - rs], k);
+      const I<T> en = e[r] > eb ? e[r] : eb;
+      ra[i * lay.R + r] = pow2_nonpos<T>(wrap_sub<T>(e[r], en));
+      rb[i * lay.R + r] = wm * pow2_nonpos<T>(wrap_sub<T>(eb, en));
+      e[r] = en;
+    }
+  }
+}
+
+// Phase 1 of both passes for the live blocks, then each one's column-level factors.
 template <typename T>
 void fast_phase1(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay) {
   for (int64_t t = 0; t < lay.R; ++t) phase1_tile(runs, n, lay, t);
-  for (int64_t k = 0; k < n; ++k) {
-    if (!runs[k].live) continue;
-    const V<T>* c = runs[k].base + lay.scales;
-    V<T>* rw = runs[k].base + lay.roww;
-    for (int64_t i = 0; i < lay.nh; ++i) {
-      const int64_t rs = int64_t{1} << i;
-      for (int64_t r = rs; r < lay.R; ++r)
-        rw[i * lay.R + r] = exp_scaled<T>(runs[k].f.lw[lay.m + i] + (c[r - rs] - c[r]));
-    }
-  }
+  for (int64_t k = 0; k < n; ++k)
+    if (runs[k].live) column_factors(runs[k], lay);
 }
 
 // Forward phase 2 on columns [c0, c0 + nc) of one block: the column levels, then O = H / U.
@@ -586,7 +614,8 @@ template <typename T>
 void forward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
   const FastBlock<T>& b = run.b;
   const int64_t nc = std::min(lay.C, lay.T - c0);
-  const V<T>*sh = run.base + lay.state, *su = sh + lay.Lp, *rw = run.base + lay.roww;
+  const V<T>*sh = run.base + lay.state, *su = sh + lay.Lp;
+  const V<T>*ra = run.base + lay.rowa, *rb = run.base + lay.rowb;
   V<T>*bh = run.base + lay.chunk, *bu = bh + lay.R * lay.C;
   for (int64_t r = 0; r < lay.R; ++r)
     for (int64_t c = 0; c < nc; ++c) {
@@ -595,11 +624,11 @@ void forward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
     }
   for (int64_t i = 0; i < lay.nh; ++i) {
     const int64_t rs = int64_t{1} << i;
-    for (int64_t r = lay.R - 1; r >= rs; --r) {
-      const V<T> w = rw[i * lay.R + r];
+    for (int64_t r = lay.R - 1; r >= rs; --r) {  // descending: row r - rs is still level i
+      const V<T> fa = ra[i * lay.R + r], fb = rb[i * lay.R + r];
       for (int64_t c = 0; c < nc; ++c) {
-        bh[r * nc + c] += w * bh[(r - rs) * nc + c];
-        bu[r * nc + c] += w * bu[(r - rs) * nc + c];
+        bh[r * nc + c] = fa * bh[r * nc + c] + fb * bh[(r - rs) * nc + c];
+        bu[r * nc + c] = fa * bu[r * nc + c] + fb * bu[(r - rs) * nc + c];
       }
     }
   }
@@ -628,7 +657,7 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
   const int64_t R = lay.R, Tn = lay.T, nh = lay.nh;
   const int64_t nc = std::min(lay.C, Tn - c0), n = R * nc;
   V<T>*sh = run.base + lay.state, *su = sh + lay.Lp;
-  const V<T>* rw = run.base + lay.roww;
+  const V<T>*ra = run.base + lay.rowa, *rb = run.base + lay.rowb;
   V<T>* chunk = run.base + lay.chunk;
   auto S = [&](int64_t i) { return chunk + 2 * i * n; };
   V<T>*ah = chunk + 2 * (nh + 1) * n, *au = ah + n;
@@ -644,10 +673,10 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
     std::memcpy(y, x, sizeof(V<T>) * static_cast<size_t>(rs * nc));
     std::memcpy(y + n, x + n, sizeof(V<T>) * static_cast<size_t>(rs * nc));
     for (int64_t r = rs; r < R; ++r) {
-      const V<T> w = rw[i * R + r];
+      const V<T> fa = ra[i * R + r], fb = rb[i * R + r];
       for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
-        y[k] = x[k] + w * x[k - rs * nc];
-        y[n + k] = x[n + k] + w * x[n + k - rs * nc];
+        y[k] = fa * x[k] + fb * x[k - rs * nc];
+        y[n + k] = fa * x[n + k] + fb * x[n + k - rs * nc];
       }
     }
   }
@@ -665,23 +694,29 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
       ah[k] = live ? g * inv : V<T>{};
       au[k] = live ? -g * fh[k] * inv * inv : V<T>{};
     }
-  // Transposed column levels, last first. Each ascending pass reads the adjoint of row r for
-  // the weight gradient before updating it, and row r + shift's, not yet updated.
+  // Transposed column levels, last first: the adjoint of x_r is rowa_r y_r +
+  // rowb_{r + rs} y_{r + rs}. Each ascending pass reads the adjoint of row r for the weight
+  // gradient (d x'_r / d lw = rowb_r x_{r - rs}) before updating it, and row r + rs's, not
+  // yet updated.
   for (int64_t i = nh - 1; i >= 0; --i) {
     const int64_t rs = int64_t{1} << i, d = rs * nc;
     const V<T>* x = S(i);
     V<T> part{};
     for (int64_t r = 0; r < R; ++r) {
-      const V<T> wn = r + rs < R ? rw[i * R + r + rs] : V<T>{};
-      V<T> row{};  // this row's gradient terms, times its weight once
+      const V<T> fa = ra[i * R + r];
+      const V<T> fn = r + rs < R ? rb[i * R + r + rs] : V<T>{};
+      V<T> row{};  // this row's gradient terms, times its factor once
       for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
         if (r >= rs) row += ah[k] * x[k - d] + au[k] * x[n + k - d];
         if (r + rs < R) {
-          ah[k] += wn * ah[k + d];
-          au[k] += wn * au[k + d];
+          ah[k] = fa * ah[k] + fn * ah[k + d];
+          au[k] = fa * au[k] + fn * au[k + d];
+        } else {
+          ah[k] *= fa;
+          au[k] *= fa;
         }
       }
-      if (r >= rs) part += row * rw[i * R + r];
+      if (r >= rs) part += row * rb[i * R + r];
     }
     run.gacc[lay.m + i] += __builtin_convertvector(part, VD<T>);
   }
