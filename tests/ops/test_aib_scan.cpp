@@ -131,6 +131,69 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
   seqmix::testing::expect_gradients_match_fd(f, {a, v, w}, 24, 1e-6, 1e-5, 1e-4);
 }
 
+// Distance weights far beyond float32's range on the levels longer than a tile (the rows of
+// 128-position tiles): up to exp(+-150) per level, products up to e^225. The row exponents
+// keep them on the fast path, exact. With padding, a row's padded columns stay 0 while the
+// others grow by the weight, so one row must hold both: float32 has room for ~e^110 there.
+TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
+  for (const auto& [top, padded] : {std::pair<double, bool>{150, false}, {75, true}}) {
+    torch::manual_seed(33);
+    const int64_t B = 2, L = 700, D = 16;
+    const int64_t K = seqmix::ops::aib_num_levels(L);
+    at::Tensor w = at::zeros({K, D}, at::kDouble);
+    w.narrow(0, 0, 7).copy_(at::randn({7, D}, at::kDouble) * 0.5);
+    w[7].copy_(at::linspace(-top, top, D, at::kDouble));
+    w[8].copy_(w[7] * -0.5);
+    at::Tensor a = at::randn({B, L, D}, at::kDouble) * 2, v = at::randn({B, L, D}, at::kDouble);
+    at::Tensor mask = at::ones({B, L}, at::kBool);
+    if (padded) mask[1].narrow(0, 0, 200).fill_(false);  // whole rows of padding in front
+    const at::Tensor expect = log_space_oracle(a, v, w, mask);
+    const int64_t before = seqmix::ops::aib_scan_fallbacks();
+    for (auto dtype : {at::kFloat, at::kDouble}) {
+      const at::Tensor o = seqmix::ops::aib_scan_kernel(a.to(dtype), v.to(dtype), w.to(dtype),
+                                                        mask, Direction::causal, AIBWeights::exp);
+      EXPECT_LT(seqmix::testing::max_abs_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10)
+          << dtype << " " << top;
+    }
+    EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    // Gradients: float32 against float64, both fused.
+    std::vector<at::Tensor> g64, g32;
+    for (auto dtype : {at::kDouble, at::kFloat}) {
+      at::Tensor ad = a.to(dtype).clone().requires_grad_();
+      at::Tensor vd = v.to(dtype).clone().requires_grad_();
+      at::Tensor wd = w.to(dtype).clone().requires_grad_();
+      const at::Tensor o =
+          seqmix::ops::aib_scan_kernel(ad, vd, wd, mask, Direction::causal, AIBWeights::exp);
+      (o * at::cos(at::arange(L, at::kDouble).view({1, L, 1})).to(dtype)).sum().backward();
+      auto& out = dtype == at::kDouble ? g64 : g32;
+      out = {ad.grad(), vd.grad(), wd.grad()};
+    }
+    EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    for (size_t i = 0; i < 3; ++i) {
+      const double scale = g64[i].abs().max().item<double>() + 1;
+      EXPECT_LT(seqmix::testing::max_abs_err(g32[i].to(at::kDouble) / scale, g64[i] / scale),
+                1e-4)
+          << i << " " << top;
+    }
+  }
+}
+
+// A jump of 120 nats in A: later positions' E underflows against the running maximum, their
+// blocks rerun on the exponent path, exactly, and the counter says so.
+TEST(AIBFusedStability, FallbacksAreCountedAndExact) {
+  at::Tensor a = at::zeros({1, 300, 16});
+  a[0][100].fill_(120.0);
+  const at::Tensor v = at::randn({1, 300, 16});
+  const at::Tensor w = at::zeros({seqmix::ops::aib_num_levels(300), 16});
+  const int64_t before = seqmix::ops::aib_scan_fallbacks();
+  const at::Tensor o =
+      seqmix::ops::aib_scan_kernel(a, v, w, {}, Direction::causal, AIBWeights::prefix_exp);
+  EXPECT_GT(seqmix::ops::aib_scan_fallbacks(), before);
+  const at::Tensor expect = log_space_oracle(a.to(at::kDouble), v.to(at::kDouble),
+                                             at::zeros({9, 16}, at::kDouble), {});
+  EXPECT_LT(seqmix::testing::max_abs_err(o, expect), 1e-5);
+}
+
 TEST(AIBFusedStability, FullyPaddedRowsGiveZeroOutputAndGradient) {
   for (auto dtype : {at::kFloat, at::kDouble}) {
     at::Tensor a = (at::randn({2, 40, 20}) * 50).to(dtype).requires_grad_(true);

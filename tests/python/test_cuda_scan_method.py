@@ -182,9 +182,9 @@ def scaled_forward(a, v, lw, tile_bits, mask=None):
 
 def row_factors(c, lw_hi, beta0, row_bits):
     """The row_factors kernel: fa, fb [nh, B, R, D] in the dtype of c, formed in float64.
-    Row r's values are mantissas x 2^e_r x exp(c_r); each level re-picks the integer e_r so
-    that the row's mantissas stay below 2^row_bits, from an upper bound on them (beta0: log2
-    of the tile pass's; an empty row, c = -inf, holds zeros and sets no bound)."""
+    Row r's values are mantissas x 2^e_r x exp(c_r); each level keeps the integer e_r, or
+    raises it when an upper bound on the row's mantissas (beta0: log2 of the tile pass's; an
+    empty row, c = -inf, holds zeros and sets no bound) would pass 2^row_bits."""
     B, R, D = c.shape
     nh = lw_hi.shape[0]
     ninf = float("-inf")
@@ -203,7 +203,8 @@ def row_factors(c, lw_hi, beta0, row_bits):
             top = torch.maximum(bound[:, r], src)
             low = torch.minimum(bound[:, r], src)
             new = torch.where(top == ninf, top, top + torch.log2(1 + torch.exp2(low - top)))
-            en = torch.where(new == ninf, e[:, r], torch.ceil(new).long() - row_bits)
+            lift = torch.ceil(new.clamp(min=-2.0**30)).long() - row_bits
+            en = torch.where(new - e[:, r] > row_bits, lift, e[:, r])
             eb = e[:, r - rs] + k.long()
             a = torch.exp2((e[:, r] - en).clamp(min=-1100).double())
             b = wm * torch.exp2((eb - en).clamp(min=-1100).double())

@@ -566,37 +566,85 @@ void phase1_tile(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay, int64_t 
   }
 }
 
+// True if every lane of a row factor is exactly 1 (the row keeps its exponent).
+template <typename T>
+inline bool unit(V<T> f) {
+  return !any_lane<T>(f != splat<T>(1));
+}
+
+// Mantissas of the column levels are kept below 2^kRowBits: the row exponents are chosen
+// from an upper bound on each row's sums, so a row holds values from 2^kRowBits down to the
+// smallest normal number (float: 190 bits) -- room for columns a padded row leaves at zero
+// while its neighbours grow by huge distance weights.
+template <typename T>
+constexpr int kRowBits = std::is_same_v<T, float> ? 64 : 500;
+
+// ceil(x) as integer lanes, for |x| <= 2^24.
+template <typename T>
+inline I<T> ceil_int(V<T> x) {
+  const I<T> t = __builtin_convertvector(x, I<T>);  // toward zero
+  return t - (__builtin_convertvector(t, V<T>) < x);  // a true lane is -1
+}
+
 // The column levels' factors of one block. Row r's sums are mantissas x_r times
 // exp(c_r) 2^e_r: c_r its tile scale from phase 1, e_r an integer exponent, 0 before the
 // first column level. Column level i (shift rs rows, weight W) makes X_r + W X_{r - rs}; with
-// exp(lw + c_{r - rs} - c_r) = wm 2^k (exact split), the new exponent is
-// e'_r = max(e_r, e_{r - rs} + k), and x'_r = rowa x_r + rowb x_{r - rs} with
-// rowa = 2^(e_r - e'_r) and rowb = wm 2^(e_{r - rs} + k - e'_r), both at most ~1.4.
-// Exponent arithmetic is exact, so no rounding of a scale ever changes an effective weight,
-// and the weights' product over all levels can be anything: a row dwarfed by the one it
-// absorbs flushes to zero only where it is negligible beside it.
+// exp(lw + c_{r - rs} - c_r) = wm 2^k (exact split), x'_r = rowa x_r + rowb x_{r - rs},
+// rowa = 2^(e_r - e'_r), rowb = wm 2^(e_{r - rs} + k - e'_r). e'_r is picked from bound_r, an
+// upper bound on log2 of the row's sums in units of exp(c_r) (phase 1's bound to start with;
+// a row with no valid position within a tile's reach holds zeros and starts at -2^24): it
+// stays e_r while the mantissas stay below 2^kRowBits, else it lifts them to just below. Exponent arithmetic is exact, so no rounding of a
+// scale ever changes an effective weight, and the weights' product over all levels can be
+// anything.
 template <typename T>
 void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
+  if (lay.nh == 0) return;
+  constexpr double log2e = 1.4426950408889634;
   const V<T>* c = run.base + lay.scales;
   auto* e = reinterpret_cast<I<T>*>(run.base + lay.rowe);
   V<T>*ra = run.base + lay.rowa, *rb = run.base + lay.rowb;
-  for (int64_t r = 0; r < lay.R; ++r) e[r] = I<T>{};
+  // rowa of the last level is written last: until then it holds each row's bound.
+  V<T>* bound = ra + (lay.nh - 1) * lay.R;
+  const V<T> floor = splat<T>(T(-16777216));
+  const FastBlock<T>& b = run.b;
+  for (int64_t r = 0; r < lay.R; ++r) {
+    e[r] = I<T>{};
+    bool any = b.mask == nullptr;
+    for (int64_t q = std::max<int64_t>(0, (r - 1) * lay.T); !any && q < std::min(b.L, (r + 1) * lay.T); ++q)
+      any = b.mask[q] != 0;
+    const int64_t q = std::min(b.L, (r + 1) * lay.T) - 1;
+    const V<T> sh = shift_upto(run.f, q, lay.m);
+    bound[r] = any ? splat<T>(T(lay.m)) + (run.f.pos[lay.m] - sh) * T(log2e) : floor;
+  }
   for (int64_t i = 0; i < lay.nh; ++i) {
     const int64_t rs = int64_t{1} << i;
-    for (int64_t r = 0; r < std::min(rs, lay.R); ++r) {
-      ra[i * lay.R + r] = splat<T>(1);
-      rb[i * lay.R + r] = V<T>{};
-    }
-    // Descending, so e[r - rs] is still the exponent before this level when it is read.
+    V<T>*fa = ra + i * lay.R, *fb = rb + i * lay.R;
+    // Descending, so row r - rs is still at the previous level when it is read; the bound
+    // of row r is read before this level's rowa overwrites it (the last level's rowa is the
+    // bound array itself).
     for (int64_t r = lay.R - 1; r >= rs; --r) {
       V<T> wm;
       I<T> k;
       exp_split<T>(run.f.lw[lay.m + i] + (c[r - rs] - c[r]), wm, k);
-      const I<T> eb = wrap_add<T>(e[r - rs], k);
-      const I<T> en = e[r] > eb ? e[r] : eb;
-      ra[i * lay.R + r] = pow2_nonpos<T>(wrap_sub<T>(e[r], en));
-      rb[i * lay.R + r] = wm * pow2_nonpos<T>(wrap_sub<T>(eb, en));
+      const V<T> src = bound[r - rs] + __builtin_convertvector(k, V<T>) + T(0.51);  // log2 wm < 0.51
+      V<T> next = (bound[r] > src ? bound[r] : src) + T(1);
+      next = next < floor ? floor : next;
+      // The exponent moves only when the bound would pass 2^kRowBits: most rows keep
+      // rowa = 1, and the column levels then cost one multiply-add per element.
+      const I<T> lift = wrap_sub<T>(ceil_int<T>(next), isplat<T>(kRowBits<T>));
+      const I<T> en = (next - __builtin_convertvector(e[r], V<T>)) > splat<T>(T(kRowBits<T>))
+                          ? lift
+                          : e[r];
+      const V<T> a = pow2_clamped<T>(wrap_sub<T>(e[r], en));
+      const V<T> w = wm * pow2_clamped<T>(wrap_sub<T>(wrap_add<T>(e[r - rs], k), en));
       e[r] = en;
+      bound[r] = next;
+      fa[r] = a;
+      fb[r] = w;
+    }
+    for (int64_t r = 0; r < std::min(rs, lay.R); ++r) {
+      fa[r] = splat<T>(1);
+      fb[r] = V<T>{};
     }
   }
 }
@@ -626,6 +674,13 @@ void forward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
     const int64_t rs = int64_t{1} << i;
     for (int64_t r = lay.R - 1; r >= rs; --r) {  // descending: row r - rs is still level i
       const V<T> fa = ra[i * lay.R + r], fb = rb[i * lay.R + r];
+      if (unit<T>(fa)) {
+        for (int64_t c = 0; c < nc; ++c) {
+          bh[r * nc + c] += fb * bh[(r - rs) * nc + c];
+          bu[r * nc + c] += fb * bu[(r - rs) * nc + c];
+        }
+        continue;
+      }
       for (int64_t c = 0; c < nc; ++c) {
         bh[r * nc + c] = fa * bh[r * nc + c] + fb * bh[(r - rs) * nc + c];
         bu[r * nc + c] = fa * bu[r * nc + c] + fb * bu[(r - rs) * nc + c];
@@ -674,6 +729,13 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
     std::memcpy(y + n, x + n, sizeof(V<T>) * static_cast<size_t>(rs * nc));
     for (int64_t r = rs; r < R; ++r) {
       const V<T> fa = ra[i * R + r], fb = rb[i * R + r];
+      if (unit<T>(fa)) {
+        for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
+          y[k] = x[k] + fb * x[k - rs * nc];
+          y[n + k] = x[n + k] + fb * x[n + k - rs * nc];
+        }
+        continue;
+      }
       for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
         y[k] = fa * x[k] + fb * x[k - rs * nc];
         y[n + k] = fa * x[n + k] + fb * x[n + k - rs * nc];
@@ -706,9 +768,15 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
       const V<T> fa = ra[i * R + r];
       const V<T> fn = r + rs < R ? rb[i * R + r + rs] : V<T>{};
       V<T> row{};  // this row's gradient terms, times its factor once
+      const bool plain = unit<T>(fa);
       for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
         if (r >= rs) row += ah[k] * x[k - d] + au[k] * x[n + k - d];
-        if (r + rs < R) {
+        if (plain) {
+          if (r + rs < R) {
+            ah[k] += fn * ah[k + d];
+            au[k] += fn * au[k + d];
+          }
+        } else if (r + rs < R) {
           ah[k] = fa * ah[k] + fn * ah[k + d];
           au[k] = fa * au[k] + fn * au[k + d];
         } else {

@@ -370,9 +370,9 @@ __global__ void __launch_bounds__(kThreads) tile_forward(ScanArgs<scalar_t, acc_
 }
 
 // ---- Row factors: fa, fb [B, nh, R, D] from the tile scales; one thread per (b, channel) ----
-// Row r's values are mantissas x 2^e_r x exp(c_r). Each level re-picks the integer e_r so
-// that the row's mantissas stay below 2^kRowBits, from an upper bound on them (log2, in
-// float64): a bound, not the content, so the choice is the same in every column. A row whose
+// Row r's values are mantissas x 2^e_r x exp(c_r). Each level keeps the integer e_r, or
+// raises it when an upper bound on the row's sums (log2, in float64: a bound, not the
+// content, so the choice is the same in every column) would pass 2^kRowBits. A row whose
 // window had no valid position (c = -inf) holds zeros: it sets no bound (and its factors
 // are 0), and 0 stands in for its scale.
 template <int RB, typename scalar_t, typename acc_t>
@@ -418,7 +418,9 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
       const double src = bound[r - rs] + k + log2(wm);
       const double top = fmax(bound[r], src), low = fmin(bound[r], src);
       const double next = top == -INFINITY ? top : top + log2(1.0 + exp2(low - top));
-      const int en = next == -INFINITY ? e[r] : static_cast<int>(ceil(next)) - kRowBits<acc_t>;
+      // The exponent moves only when the bound would pass 2^kRowBits (as on the CPU).
+      const int en = next - e[r] > kRowBits<acc_t> ? static_cast<int>(ceil(next)) - kRowBits<acc_t>
+                                                   : e[r];
       const int eb = e[r - rs] + k;
       const double fa = bound[r] == -INFINITY ? 0.0 : ldexp(1.0, max(e[r] - en, -1100));
       const double fb = bound[r - rs] == -INFINITY ? 0.0 : wm * ldexp(1.0, max(eb - en, -1100));
