@@ -9,21 +9,42 @@
 #      (tests/gpu/check_ops.py);
 #   3. trains Weird-Net mini 200 steps on CUDA and on the CPU from the same seed and compares
 #      the loss curves (tests/gpu/train_compare.py);
-#   4. runs the GPU benchmark in the time left (tests/gpu/bench.py);
-# and prints a short table last. Full logs go to the folder given as the first argument, or
-# $OUT, or ./gpu-check-out: machine.txt, build.log, check_ops.log, ops.jsonl,
-# train_compare.log, train_compare.json, bench.log, bench.json.
+#   4. where `ncu` is on PATH, profiles one aib_scan and one ces_scan forward + backward
+#      (L = 16384, float32) with Nsight Compute: DRAM bytes, time and DRAM throughput per
+#      kernel (tests/gpu/ncu_scans.py; at most 75 s);
+#   5. runs the GPU benchmark in the time left before $deadline (tests/gpu/bench.py: the
+#      scans' forward and backward against their bandwidth floor and the papers' algorithms
+#      in PyTorch, the fallback and CUDA-graph checks, whole-model training);
+# and prints a short table last. The logs go to the folder given as the first argument, or
+# $OUT, or ./gpu-check-out: eight files, as many as a GPU machine returns --
+#   summary.txt      the machine (card, driver, PyTorch, CUDA, nvcc, cores), then the table
+#   build.log        the build
+#   checks.log       check_ops's output, then train_compare's (train_compare.json last)
+#   ops.jsonl        one line per op case
+#   ncu.log          the per-kernel table, then ncu's CSV log and the profiled script's output
+#   bench.log        the benchmark's output
+#   bench.json       everything the benchmark measured
+#   bench-gpu.jsonl  the benchmark's records, for docs/bench-gpu.jsonl (docs/CUDA.md,
+#                    scripts/bench_gpu_records.py)
 #
 # Usage (device tool): bash scripts/gpu-check.sh "$OUT"
-# Exit status: 0 when the build, every op case and the training comparison pass.
+# Exit status: 0 when the build, every op case, the training comparison and the benchmark's
+# checks (no fallback in a Weird-Net-A training step, a CUDA-graph replay equal to eager)
+# pass; a check that this build cannot run ("not available") does not fail it.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 out=${1:-${OUT:-$here/gpu-check-out}}
 py=${SEQMIX_PYTHON:-python3}
 mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
+# Seconds after the start by which the benchmark must be done: the whole check must end within
+# 8 minutes (480 s); the rest is the margin for a case that overruns its estimate and for the
+# summary.
+deadline=${SEQMIX_GPU_CHECK_DEADLINE:-430}
 
 {
   date -u +"%Y-%m-%d %H:%M UTC"
@@ -31,44 +52,102 @@ elapsed() { echo $(($(date +%s) - start)); }
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   nvcc --version | tail -n 2
   echo "cores $(nproc)"
-} > "$out/machine.txt" 2>&1
-cat "$out/machine.txt"
+  echo "ncu: $(command -v ncu || echo 'not on PATH')"
+} > "$out/summary.txt" 2>&1
+cat "$out/summary.txt"
+card=$(sed -n 2p "$out/summary.txt")
 
 echo "gpu-check: building the operators (build-gpu/, $(nproc) jobs)"
 if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSEQMIX_OPS_ONLY=ON \
          -DSEQMIX_CUDA=on -DSEQMIX_CCACHE=OFF -DSEQMIX_PYTHON="$(command -v "$py")" &&
        cmake --build build-gpu --parallel "$(nproc)"; } > "$out/build.log" 2>&1; then
   tail -n 40 "$out/build.log"
-  echo "gpu-check: the build failed after $(elapsed) s (log: $out/build.log)"
+  echo "gpu-check: the build failed after $(elapsed) s (log: $out/build.log)" |
+    tee -a "$out/summary.txt"
   exit 1
 fi
 lib=$here/build-gpu/libseqmix_ops.so
 echo "gpu-check: built in $(elapsed) s"
 
 export PYTHONUNBUFFERED=1
-"$py" tests/gpu/check_ops.py --lib "$lib" --device cuda --out "$out" \
-  > "$out/check_ops.log" 2>&1
+"$py" tests/gpu/check_ops.py --lib "$lib" --device cuda --out "$out" > "$out/checks.log" 2>&1
 ops_rc=$?
-tail -n 5 "$out/check_ops.log"
+tail -n 5 "$out/checks.log"
 echo "gpu-check: op cases done at $(elapsed) s"
 
-"$py" tests/gpu/train_compare.py --lib "$lib" --device cuda --steps 200 --out "$out" \
-  > "$out/train_compare.log" 2>&1
+echo "---- tests/gpu/train_compare.py" >> "$out/checks.log"
+"$py" tests/gpu/train_compare.py --lib "$lib" --device cuda --steps 200 --out "$tmp" \
+  >> "$out/checks.log" 2>&1
 train_rc=$?
-tail -n 3 "$out/train_compare.log"
+[ -f "$tmp/train_compare.json" ] &&
+  echo "train_compare.json: $(cat "$tmp/train_compare.json")" >> "$out/checks.log"
+grep -h "^train_compare:" "$out/checks.log"
 echo "gpu-check: training comparison done at $(elapsed) s"
 
-# The benchmark gets what is left of ~7 minutes (at least one).
-budget=$((420 - $(elapsed)))
-[ "$budget" -lt 60 ] && budget=60
-"$py" tests/gpu/bench.py --lib "$lib" --out "$out" --budget "$budget" > "$out/bench.log" 2>&1
-bench_rc=$?
-echo "gpu-check: benchmark done at $(elapsed) s"
+# Nsight Compute: each op's calls bracketed by cudaProfilerStart/Stop (--profile-from-start
+# off), so the profile is those calls' kernels, seqmix's and ATen's, and nothing else.
+if command -v ncu > /dev/null; then
+  metrics=$(cd tests/gpu && "$py" -c "import ncu_scans; print(ncu_scans.METRICS)")
+  timeout -k 5 75 ncu --profile-from-start off --csv --print-units base \
+    --metrics "$metrics" --log-file "$tmp/ncu.csv" \
+    "$py" tests/gpu/ncu_scans.py --lib "$lib" > "$tmp/ncu_run.log" 2>&1
+  ncu_rc=$?
+  {
+    why=""
+    if [ "$ncu_rc" != 0 ]; then
+      why=$(grep -h -m 1 -E '==ERROR==|Error|error' "$tmp/ncu.csv" "$tmp/ncu_run.log" \
+              2> /dev/null | head -n 1)
+      case $ncu_rc in 124 | 137) why="timed out after 75 s${why:+; $why}" ;; esac
+      why="ncu: failed (exit $ncu_rc): ${why:-no message}"
+    fi
+    if grep -q '^"ID",' "$tmp/ncu.csv" 2> /dev/null; then
+      # A run cut short still holds the kernels profiled until then.
+      [ -n "$why" ] && echo "$why (the kernels profiled until then follow)"
+      "$py" tests/gpu/ncu_scans.py --parse "$tmp/ncu.csv"
+    elif [ -n "$why" ]; then
+      echo "$why"
+    else
+      echo "ncu: exit 0 but no kernel in its log (the profiled range caught none)"
+    fi
+    echo
+    echo "---- ncu's log (ncu --csv --print-units base --metrics $metrics)"
+    cat "$tmp/ncu.csv" 2> /dev/null
+    echo "---- the profiled script's output"
+    cat "$tmp/ncu_run.log"
+  } > "$out/ncu.log" 2>&1
+else
+  echo "ncu: not on PATH; no profile" > "$out/ncu.log"
+fi
+grep -h "^ncu:" "$out/ncu.log"
+echo "gpu-check: Nsight Compute done at $(elapsed) s"
 
-echo
-echo "==== gpu-check summary ($(head -n 2 "$out/machine.txt" | tail -n 1)) ===="
-grep -h "^check_ops:" "$out/check_ops.log" || echo "check_ops: no result (rc $ops_rc)"
-grep -h "^train_compare:" "$out/train_compare.log" || echo "train_compare: no result (rc $train_rc)"
-if [ "$bench_rc" = 0 ]; then cat "$out/bench.log"; else tail -n 20 "$out/bench.log"; fi
-echo "build + checks + benchmark: $(elapsed) s"
-[ "$ops_rc" = 0 ] && [ "$train_rc" = 0 ]
+budget=$((deadline - $(elapsed) - 15))
+[ "$budget" -lt 60 ] && budget=60
+"$py" tests/gpu/bench.py --lib "$lib" --out "$out" --budget "$budget" \
+  --command "bash scripts/gpu-check.sh (tests/gpu/bench.py --budget $budget)" \
+  > "$out/bench.log" 2>&1
+bench_rc=$?
+echo "gpu-check: benchmark done at $(elapsed) s (rc $bench_rc)"
+
+checks_failed=0
+grep -q -- "^bench-check:.* -- FAIL$" "$out/bench.log" && checks_failed=1
+{
+  echo
+  echo "==== gpu-check summary ($card) ===="
+  grep -h "^check_ops:" "$out/checks.log" || echo "check_ops: no result (rc $ops_rc)"
+  grep -h "^NOTE" "$out/checks.log"
+  grep -h "^train_compare:" "$out/checks.log" || echo "train_compare: no result (rc $train_rc)"
+  grep -h "^ncu:" "$out/ncu.log"
+  grep -h "^bench: copy" "$out/bench.log"
+  if [ -s "$out/bench-gpu.jsonl" ]; then
+    "$py" scripts/bench_gpu_records.py --summary "$out/bench-gpu.jsonl"
+  fi
+  if grep -q "^==== bench: training, checks" "$out/bench.log"; then
+    sed -n '/^==== bench: training, checks/,$p' "$out/bench.log" | tail -n +2
+  else
+    echo "bench: no summary (rc $bench_rc); its last lines:"
+    tail -n 20 "$out/bench.log"
+  fi
+  echo "build + checks + benchmark: $(elapsed) s"
+} | tee -a "$out/summary.txt"
+[ "$ops_rc" = 0 ] && [ "$train_rc" = 0 ] && [ "$checks_failed" = 0 ]

@@ -1,27 +1,51 @@
 """The GPU benchmark of docs/CUDA.md ("The benchmark"): CUDA events, medians.
 
     python tests/gpu/bench.py --lib build-gpu/libseqmix_ops.so --out DIR [--budget 240]
+    python tests/gpu/bench.py --dry-run --out DIR     # every section, tiny shapes, the CPU
+
+Sections, in this order (a case that does not fit in --budget seconds is skipped and listed):
 
 1. Device-to-device copy rate (bytes read + written per second): the bandwidth ceiling.
-2. The AIB scan, forward + backward, B = 4, D = 512, float32, L = 4K .. 64K: seqmix's kernel
-   against the papers' Algorithm 1 in PyTorch (seqmix._torch_ops.aib_scan: the shift-and-add
-   levels) eager and torch.compile'd, and against the memory-bandwidth floor: 8 arrays of
-   B L D float32 (forward reads A, V and writes O; backward reads dO, A, V and writes dA,
-   dV), each moved once, at the measured copy rate.
-3. The CES scan, forward + backward, same shapes: seqmix's kernel against the authors' FFT
-   form (seqmix._torch_ops.ces_scan), eager and compiled.
+2. The scans, aib_scan and ces_scan, B = 4, D = 512, L = 4K, 16K, 64K, in float32 and in
+   bfloat16 (activations bfloat16, parameters float32), forward and backward timed apart:
+   forward = the op (torch.ops.seqmix.aib_scan / ces_scan, inputs requiring grad, as in
+   training); backward = the registered backward op alone (torch.ops.seqmix._aib_scan_backward
+   / _ces_scan_backward). Each pass against its bandwidth floor: the bytes it must move, each
+   array once, in the element size of the activations' dtype, at the copy rate -- AIB
+   forward 3 arrays (reads A, V; writes O), backward 5 (reads dO, A, V; writes dA, dV); CES
+   forward 2 (reads X; writes Y), backward 3 (reads dY, X; writes dX). And against the
+   papers' algorithms written in PyTorch (seqmix._torch_ops: Algorithm 1's shift-and-add
+   levels; the CES authors' FFT form), eager and torch.compile'd, timed forward alone and
+   forward + backward; their backward is the difference (fwd+bwd minus fwd). All
+   implementations of one case run alternated, one run each in turn, after a warm-up.
+   torch.ops.seqmix.aib_scan_fallbacks() (fallbacks to the exact slow path) is read before
+   and after each case.
+3. Checks: (a) one training step of a default-initialised Weird-Net-A (seqmix's modules,
+   d_model 256, 4 layers, L = 16384, bf16 autocast) must not fall back; (b) one aib_scan
+   forward + backward captured in a torch.cuda.CUDAGraph and replayed on new inputs must
+   equal an eager call on them, bit for bit.
 4. Whole-model training steps (forward, backward, AdamW; bf16 autocast; batch 4; d_model
    256, 4 layers, 4 heads, d_ff 1024) of Weird-Net, Weird-Net-A and the Transformer at
    L = 4K and 16K: tokens/s of seqmix's modules against the same models written by a user in
    PyTorch (tests/gpu/models.py's UserOps: Algorithm 1, attention by SDPA), compiled.
 
-Cases past --budget seconds are skipped and listed as such. Writes DIR/bench.json and prints
-the tables.
+Writes DIR/bench.json (everything) and DIR/bench-gpu.jsonl (one record per op, L, dtype and
+pass: the records scripts/bench_gpu_records.py merges into docs/bench-gpu.jsonl), both
+rewritten after every case, and prints the tables. --dry-run runs every section at tiny
+shapes on the CPU through the same code (time.perf_counter instead of CUDA events, the CUDA
+graph replaced by an eager call): the test of this script on machines without a GPU; its
+records say "dry_run": true and are refused by the records script.
+
+Exit status: 0 when every check passes or is not available in this build, 1 when a check
+fails (its line starts "bench-check:" and says FAIL).
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -30,116 +54,531 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
+# Sizes of a real run and of the dry run (CPU, seconds in all).
+SIZES = {
+    "gpu": dict(B=4, D=512, scan_L=(4096, 16384, 65536), copy_elems=512 * 1024 * 1024,
+                repeats=30, baseline_repeats=10, warmup=3,
+                check_model=dict(B=4, L=16384, d_model=256, n_layers=4, n_heads=4, d_ff=1024),
+                graph=dict(B=4, L=4096, D=512),
+                train=dict(B=4, L=(4096, 16384), d_model=256, n_layers=4, n_heads=4, d_ff=1024,
+                           repeats=10),
+                # seconds a section's first case is assumed to take, before one has been timed
+                first_scan_s=30.0, first_train_s=40.0, checks_s=20.0),
+    "dry": dict(B=2, D=8, scan_L=(32, 128), copy_elems=1024 * 1024,
+                repeats=5, baseline_repeats=3, warmup=1,
+                check_model=dict(B=2, L=64, d_model=32, n_layers=4, n_heads=2, d_ff=64),
+                graph=dict(B=2, L=64, D=8),
+                train=dict(B=2, L=(64,), d_model=32, n_layers=2, n_heads=2, d_ff=64, repeats=2),
+                first_scan_s=0.0, first_train_s=0.0, checks_s=0.0),
+}
 
-def timed(fn, repeats, warmup=3):
-    """Median milliseconds of fn() over `repeats` runs, CUDA events around each."""
-    for _ in range(warmup):
+
+class Clock:
+    """Milliseconds of a callable: CUDA events around it on a GPU (synchronised after each
+    run, so one implementation's queue never overlaps the next one's), time.perf_counter on
+    the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def once(self, fn):
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        t = time.perf_counter()
         fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        return (time.perf_counter() - t) * 1e3
+
+    def median(self, fn, repeats, warmup=3):
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        return statistics.median(self.once(fn) for _ in range(repeats))
+
+    def alternated(self, fns, warmup):
+        """{name: median ms} of fns {name: (callable, repeats)}, warmed up, then run in
+        rounds: round r runs every implementation that still has repeats once, in turn, so
+        drifts of clock or temperature fall on all of them alike."""
+        for fn, _ in fns.values():
+            for _ in range(warmup):
+                fn()
+        self.sync()
+        times = {name: [] for name in fns}
+        for r in range(max(n for _, n in fns.values())):
+            for name, (fn, n) in fns.items():
+                if r < n:
+                    times[name].append(self.once(fn))
+        return {name: statistics.median(t) for name, t in times.items()}
 
 
-def copy_rate(device):
-    n = 512 * 1024 * 1024  # 2 GiB of float32 each way
+class Budget:
+    """Seconds left for the benchmark; a case that does not fit is listed as skipped."""
+
+    def __init__(self, seconds):
+        self.start = time.time()
+        self.end = self.start + seconds
+        self.skipped = []
+
+    def left(self):
+        return self.end - time.time()
+
+    def fits(self, what, need, reserve=0.0):
+        """True when `need` seconds remain besides `reserve` (kept for later sections)."""
+        if self.left() - reserve >= need:
+            return True
+        self.skipped.append(what)
+        print(f"bench: skipped (budget): {what} (needs ~{need:.0f} s, {self.left():.0f} s left, "
+              f"{reserve:.0f} s kept for later sections)", flush=True)
+        return False
+
+
+def fallback_counter():
+    """torch.ops.seqmix.aib_scan_fallbacks: the number of aib_scan calls answered by the
+    exact slow path since the process started, CPU and CUDA (reading it synchronises); None
+    where this build of the operators has no such op."""
+    try:
+        op = torch.ops.seqmix.aib_scan_fallbacks
+    except (AttributeError, RuntimeError):
+        return None
+    return lambda: int(op())
+
+
+def machine(device, dry_run):
+    """The card (nvidia-smi's name), driver, PyTorch and CUDA versions, the date (UTC)."""
+    card, driver = None, None
+    if device.type == "cuda":
+        try:
+            line = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                                   "--format=csv,noheader"], capture_output=True, text=True,
+                                  timeout=30).stdout.strip().splitlines()[0]
+            card, driver = (s.strip() for s in line.split(",", 1))
+        except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+            card, driver = torch.cuda.get_device_name(), "unknown"
+    else:
+        card = f"cpu {platform.machine()} (dry run)" if dry_run else f"cpu {platform.machine()}"
+        driver = ""
+    return {"card": card, "driver": driver, "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")}
+
+
+def copy_rate(device, clock, n):
+    """Bytes read + written per second of dst.copy_(src), n float32 each way."""
     src = torch.empty(n, device=device).uniform_()
     dst = torch.empty_like(src)
-    ms = timed(lambda: dst.copy_(src), 20)
+    ms = clock.median(lambda: dst.copy_(src), 20)
+    del src, dst
     return 2 * n * 4 / (ms / 1e3)
 
 
-def fwd_bwd(op, inputs, grad):
+class ScanCase:
+    """One scan at one shape: `inputs` (tensors, the differentiable ones first),
+    `forward(*inputs)` (seqmix's op), `backward(grad, *inputs)` (its registered backward
+    op), `algorithm(*inputs)` (the papers' algorithm in PyTorch) and the arrays of B L D
+    elements each pass must move: (forward, backward)."""
+
+    def __init__(self, op, inputs, forward, backward, algorithm, baseline, arrays):
+        self.op, self.inputs, self.forward, self.backward = op, inputs, forward, backward
+        self.algorithm, self.baseline, self.arrays = algorithm, baseline, arrays
+
+
+def aib_case(B, L, D, dtype, device):
+    from seqmix import _torch_ops
+    ops = torch.ops.seqmix
+    K = max(1, (L - 1).bit_length())
+    a = torch.randn(B, L, D, device=device).to(dtype)
+    v = torch.randn(B, L, D, device=device).to(dtype)
+    w = -0.3 + 0.1 * torch.randn(K, D, device=device)
+    return ScanCase(
+        "aib_scan", (a, v, w),
+        lambda a, v, w: ops.aib_scan(a, v, w, None, "causal", "prefix_exp"),
+        lambda g, a, v, w: ops._aib_scan_backward(g, a, v, w, None, "causal", "prefix_exp"),
+        _torch_ops.aib_scan, "Algorithm 1 in PyTorch (seqmix._torch_ops.aib_scan)", (3, 5))
+
+
+def ces_case(B, L, D, dtype, device):
+    from seqmix import _layers, _torch_ops
+    ops = torch.ops.seqmix
+    _, mu, c = _layers.ces_coefficients(torch.randn(D, 2, device=device),
+                                        torch.full((D, 2), -3.0, device=device),
+                                        0.2 * torch.randn(D, 2, device=device))
+    x = torch.randn(B, L, D, device=device).to(dtype)
+    return ScanCase(
+        "ces_scan", (x, mu.detach(), c.detach()),
+        lambda x, mu, c: ops.ces_scan(x, mu, c, None, "causal"),
+        lambda g, x, mu, c: ops._ces_scan_backward(g, x, mu, c, None, "causal"),
+        _torch_ops.ces_scan, "the FFT form in PyTorch (seqmix._torch_ops.ces_scan)", (2, 3))
+
+
+def fwd_bwd(fn, inputs, grad):
     def run():
-        out = op(*inputs)
-        torch.autograd.grad(out, [t for t in inputs if isinstance(t, torch.Tensor) and
-                                  t.requires_grad], grad)
+        torch.autograd.grad(fn(*inputs), inputs, grad)
     return run
 
 
-def scan_rows(device, rate, budget_end, rows, skipped):
-    from seqmix import _layers, _torch_ops
+def time_scan(case, compiled_fn, clock, size):
+    """Medians (ms) of every implementation of `case`, and what failed."""
+    inputs = [t.detach().requires_grad_() for t in case.inputs]
+    plain = [t.detach() for t in case.inputs]
+    grad = torch.randn_like(case.inputs[0])
+    n, m = size["repeats"], size["baseline_repeats"]
+    fns = {
+        "seqmix_forward": (lambda: case.forward(*inputs), n),
+        "seqmix_backward": (lambda: case.backward(grad, *plain), n),
+        "seqmix_fwd_bwd": (fwd_bwd(case.forward, inputs, grad), n),
+        "eager_forward": (lambda: case.algorithm(*inputs), m),
+        "eager_fwd_bwd": (fwd_bwd(case.algorithm, inputs, grad), m),
+        "compiled_forward": (lambda: compiled_fn(*inputs), m),
+        "compiled_fwd_bwd": (fwd_bwd(compiled_fn, inputs, grad), m),
+    }
+    errors, compile_s = {}, 0.0
+    # One call each first: compiles (the forward with grad-requiring inputs and its backward,
+    # so that forward alone and fwd+bwd time one compiled graph) and drops an implementation
+    # that fails (out of memory, a compile error) instead of the whole case.
+    for name in list(fns):
+        t = time.time()
+        try:
+            fns[name][0]()
+            clock.sync()
+        except Exception as e:  # noqa: BLE001 -- reported with the row
+            errors[name] = f"{type(e).__name__}: {first_line(e)}"
+            del fns[name]
+            if clock.cuda:
+                torch.cuda.empty_cache()
+        if name.startswith("compiled_"):
+            compile_s += time.time() - t
+    ms = clock.alternated(fns, size["warmup"]) if fns else {}
+    return ms, errors, compile_s
+
+
+def first_line(e):
+    text = str(e)
+    return text.splitlines()[0] if text else ""
+
+
+def scan_rows(device, clock, size, rate, budget, meta, state, compile_backend):
+    from seqmix import _torch_ops
+    ops_cases = (("aib_scan", aib_case), ("ces_scan", ces_case))
+    compiled = {"aib_scan": torch.compile(_torch_ops.aib_scan, dynamic=False,
+                                          backend=compile_backend),
+                "ces_scan": torch.compile(_torch_ops.ces_scan, dynamic=False,
+                                          backend=compile_backend)}
+    counter = fallback_counter()
+    B, D = size["B"], size["D"]
+    print(f"scans: B={B} D={D}, forward and backward timed apart, medians of "
+          f"{size['repeats']} runs ({size['baseline_repeats']} for the PyTorch baselines), "
+          f"implementations alternated; floor = the bytes each pass must move at the copy "
+          f"rate; the baselines' backward = their fwd+bwd minus their fwd; fallbacks = "
+          f"torch.ops.seqmix.aib_scan_fallbacks() after minus before the case"
+          + ("" if counter else " (not available in this build)"), flush=True)
+    print(header_line(), flush=True)
+    took = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for L in size["scan_L"]:
+            for op, make in ops_cases:
+                dname = str(dtype).replace("torch.", "")
+                need = max(took.get(op, [size["first_scan_s"]]))
+                if not budget.fits(f"{op} {dname} L={L}", need, reserve=size["checks_s"]):
+                    continue
+                start = time.time()
+                case = None
+                try:
+                    case = make(B, L, D, dtype, device)
+                    before = counter() if counter else None
+                    ms, errors, compile_s = time_scan(case, compiled[op], clock, size)
+                    after = counter() if counter else None
+                    baseline, arrays = case.baseline, case.arrays
+                except Exception as e:  # noqa: BLE001 -- the case fails, the benchmark goes on
+                    state["errors"].append(f"{op} {dname} L={L}: {type(e).__name__}: "
+                                           f"{first_line(e)}")
+                    print(f"bench: {op} {dname} L={L} failed: {type(e).__name__}: "
+                          f"{first_line(e)}", flush=True)
+                    continue
+                finally:
+                    del case
+                    if clock.cuda:
+                        torch.cuda.empty_cache()
+                took.setdefault(op, []).append(time.time() - start)
+                for rec in scan_records(op, baseline, arrays, L, B, D, dtype, rate, ms, errors,
+                                        compile_s, before, after, meta, size):
+                    state["records"].append(rec)
+                    print(record_line(rec), flush=True)
+                if before is not None:
+                    print(f"  fallbacks: {before} before, {after} after", flush=True)
+                for name, err in errors.items():
+                    print(f"  {name} failed: {err}", flush=True)
+                write_outputs(state)
+
+
+def scan_records(op, baseline, arrays, L, B, D, dtype, rate, ms, errors, compile_s, before,
+                 after, meta, size):
+    """The two records (forward, backward) of one case, in the fields of bench-gpu.jsonl."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    out = []
+    for i, pas in enumerate(("forward", "backward")):
+        floor_ms = arrays[i] * B * L * D * elem / rate * 1e3
+        seqmix_ms = ms.get(f"seqmix_{pas}")
+
+        def baseline_ms(kind):
+            fwd, both = ms.get(f"{kind}_forward"), ms.get(f"{kind}_fwd_bwd")
+            if pas == "forward":
+                return fwd
+            return both - fwd if fwd is not None and both is not None else None
+
+        rec = {"op": op, "L": L, "B": B, "D": D, "dtype": str(dtype).replace("torch.", ""),
+               "pass": pas, "seqmix_ms": seqmix_ms, "floor_ms": floor_ms,
+               "pct_of_floor": 100 * floor_ms / seqmix_ms if seqmix_ms else None,
+               "compiled_ms": baseline_ms("compiled"), "eager_ms": baseline_ms("eager"),
+               "fallbacks": after - before if before is not None else None,
+               "fallbacks_before": before, "fallbacks_after": after,
+               "floor_arrays": arrays[i], "copy_tb_per_s": rate / 1e12,
+               "baseline": baseline, "repeats": size["repeats"],
+               "baseline_repeats": size["baseline_repeats"]}
+        if pas == "backward":
+            rec.update(seqmix_fwd_bwd_ms=ms.get("seqmix_fwd_bwd"),
+                       compiled_fwd_bwd_ms=ms.get("compiled_fwd_bwd"),
+                       eager_fwd_bwd_ms=ms.get("eager_fwd_bwd"),
+                       baseline_backward="fwd+bwd minus fwd",
+                       compile_s=compile_s)
+        if errors:
+            rec["errors"] = errors
+        rec.update(meta)
+        out.append(rec)
+    return out
+
+
+def fmt(x, width, digits):
+    return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
+
+
+def header_line():
+    return (f"{'op':9} {'dtype':8} {'L':>6} {'pass':8} {'seqmix ms':>10} {'floor ms':>9} "
+            f"{'% floor':>8} {'compiled':>9} {'x compiled':>10} {'eager':>9} {'fallbacks':>9}")
+
+
+def record_line(r):
+    x = r["compiled_ms"] / r["seqmix_ms"] if r["compiled_ms"] and r["seqmix_ms"] else None
+    fb = "-" if r["fallbacks"] is None else str(r["fallbacks"])
+    return (f"{r['op']:9} {r['dtype']:8} {r['L']:6d} {r['pass']:8} {fmt(r['seqmix_ms'], 10, 3)} "
+            f"{fmt(r['floor_ms'], 9, 3)} {fmt(r['pct_of_floor'], 8, 1)} "
+            f"{fmt(r['compiled_ms'], 9, 2)} {fmt(x, 10, 1)} {fmt(r['eager_ms'], 9, 2)} {fb:>9}")
+
+
+def train_step_fn(model, opt, tokens, device):
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def fallback_check(device, clock, size, state):
+    """One training step of a default-initialised Weird-Net-A under bf16 autocast: the
+    fallbacks it causes (must be 0)."""
+    s = size["check_model"]
+    what = (f"fallbacks in one Weird-Net-A training step (default init, d_model {s['d_model']}, "
+            f"{s['n_layers']} layers, B={s['B']}, L={s['L']}, bf16 autocast)")
+    counter = fallback_counter()
+    if counter is None:
+        return report_check(state, "fallbacks", what, None,
+                            "not available (this build has no "
+                            "torch.ops.seqmix.aib_scan_fallbacks)")
+    try:
+        config = models.model_config("weird-net-a", max_len=s["L"], d_model=s["d_model"],
+                                     n_layers=s["n_layers"], n_heads=s["n_heads"],
+                                     d_ff=s["d_ff"])
+        torch.manual_seed(0)
+        model = models.seqmix_classes()["SequenceModel"](config).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        tokens = torch.randint(0, 256, (s["B"], s["L"] + 1), device=device)
+        before = counter()
+        t = time.time()
+        loss = train_step_fn(model, opt, tokens, device)()
+        clock.sync()
+        seconds = time.time() - t
+        after = counter()
+        del model, opt
+        if clock.cuda:
+            torch.cuda.empty_cache()
+    except Exception as e:  # noqa: BLE001
+        return report_check(state, "fallbacks", what, False,
+                            f"raised {type(e).__name__}: {first_line(e)}")
+    delta = after - before
+    return report_check(state, "fallbacks", what, delta == 0,
+                        f"{before} before, {after} after: {delta} fallback(s) (must be 0); "
+                        f"loss {loss.item():.4f}, step {seconds:.1f} s with its first calls",
+                        before=before, after=after, delta=delta)
+
+
+def graph_check(device, clock, size, state):
+    """One aib_scan forward + backward captured in a CUDA graph, replayed on new inputs
+    copied into the captured (static) tensors, against an eager call on those inputs: the
+    outputs and every gradient must be equal bit for bit. On the CPU (dry run) the replay is
+    an eager call into the same static tensors, so everything around the capture runs."""
+    s = size["graph"]
+    B, L, D = s["B"], s["L"], s["D"]
+    K = max(1, (L - 1).bit_length())
+    what = f"CUDA graph of aib_scan forward + backward (B={B}, L={L}, D={D}, float32)"
     ops = torch.ops.seqmix
-    B, D = 4, 512
-    compiled_aib = torch.compile(_torch_ops.aib_scan, dynamic=False)
-    compiled_ces = torch.compile(_torch_ops.ces_scan, dynamic=False)
-    for L in (4096, 16384, 65536):
-        if time.time() > budget_end:
-            skipped.append(f"scans at L={L}")
-            continue
-        K = (L - 1).bit_length()
-        a = torch.randn(B, L, D, device=device, requires_grad=True)
-        v = torch.randn(B, L, D, device=device, requires_grad=True)
-        w = (-0.3 + 0.1 * torch.randn(K, D, device=device)).requires_grad_()
-        g = torch.randn(B, L, D, device=device)
-        floor_ms = 8 * B * L * D * 4 / rate * 1e3
-        row = {"op": "aib_scan", "L": L, "floor_ms": floor_ms}
-        row["seqmix_ms"] = timed(fwd_bwd(lambda a, v, w: ops.aib_scan(a, v, w, None, "causal",
-                                                                      "prefix_exp"),
-                                         (a, v, w), g), 20)
-        row["eager_ms"] = timed(fwd_bwd(_torch_ops.aib_scan, (a, v, w), g), 5)
-        row["compiled_ms"] = timed(fwd_bwd(compiled_aib, (a, v, w), g), 5)
-        rows.append(row)
-        del a, v, w
-        C = D
-        _, mu, c = _layers.ces_coefficients(torch.randn(C, 2, device=device),
-                                            torch.full((C, 2), -3.0, device=device),
-                                            0.2 * torch.randn(C, 2, device=device))
-        mu, c = mu.detach().requires_grad_(), c.detach().requires_grad_()
-        x = torch.randn(B, L, D, device=device, requires_grad=True)
-        row = {"op": "ces_scan", "L": L, "floor_ms": 6 * B * L * D * 4 / rate * 1e3}
-        row["seqmix_ms"] = timed(fwd_bwd(lambda x, mu, c: ops.ces_scan(x, mu, c, None, "causal"),
-                                         (x, mu, c), g), 20)
-        row["eager_ms"] = timed(fwd_bwd(_torch_ops.ces_scan, (x, mu, c), g), 5)
-        row["compiled_ms"] = timed(fwd_bwd(compiled_ces, (x, mu, c), g), 5)
-        rows.append(row)
-        del x, g
-        torch.cuda.empty_cache()
+
+    def draw():
+        return (torch.randn(B, L, D, device=device), torch.randn(B, L, D, device=device),
+                -0.3 + 0.1 * torch.randn(K, D, device=device), torch.randn(B, L, D, device=device))
+
+    def run(a, v, w, g):
+        out = ops.aib_scan(a, v, w, None, "causal", "prefix_exp")
+        return (out, *torch.autograd.grad(out, (a, v, w), g))
+
+    try:
+        *leaves, g_static = draw()
+        static = [t.requires_grad_() for t in leaves]
+        if clock.cuda:
+            # Warm-up on a side stream before capture, as torch.cuda.graphs asks.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    run(*static, g_static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                results = run(*static, g_static)
+            replay = graph.replay
+        else:
+            results = [t.detach().clone() for t in run(*static, g_static)]
+
+            def replay():
+                for r, t in zip(results, run(*static, g_static)):
+                    r.copy_(t)
+        *new, g_new = draw()
+        with torch.no_grad():
+            for t, n in zip(static, new):
+                t.copy_(n)
+            g_static.copy_(g_new)
+        replay()
+        clock.sync()
+        eager = run(*[n.clone().requires_grad_() for n in new], g_new)
+        names = ("out", "grad a", "grad v", "grad w")
+        differ = [n for n, r, e in zip(names, results, eager) if not torch.equal(r, e)]
+    except Exception as e:  # noqa: BLE001
+        # A failure inside the capture surfaces as capture_end's error; the first cause is
+        # in the exception's context.
+        causes = [e]
+        while causes[-1].__context__ is not None and len(causes) < 4:
+            causes.append(causes[-1].__context__)
+        return report_check(state, "cuda_graph", what, False, "raised " + "; before it, ".join(
+            f"{type(c).__name__}: {first_line(c)}" for c in causes))
+    label = "replay" if clock.cuda else "cpu dry run: the replay is an eager call (no CUDA graph);"
+    if differ:
+        return report_check(state, "cuda_graph", what, False,
+                            f"{label} differs from eager in {', '.join(differ)}")
+    return report_check(state, "cuda_graph", what, True,
+                        f"{label} equal to eager (out and every gradient, bit for bit)")
 
 
-def model_rows(device, budget_end, rows, skipped):
+def report_check(state, name, what, ok, detail, **extra):
+    verdict = {True: "ok", False: "FAIL", None: "not available"}[ok]
+    print(f"bench-check: {what}: {detail} -- {verdict}", flush=True)
+    state["checks"].append({"check": name, "what": what, "ok": ok, "detail": detail, **extra})
+    write_outputs(state)
+    return ok
+
+
+def model_rows(device, clock, size, budget, state, compile_backend, reserve):
     ours, users = models.seqmix_classes(), models.pytorch_classes()
-    B = 4
-    for L in (4096, 16384):
+    t = size["train"]
+    B = t["B"]
+    took = []
+    for L in t["L"]:
         for preset in ("weird-net", "weird-net-a", "transformer"):
-            if time.time() > budget_end:
-                skipped.append(f"{preset} training at L={L}")
+            need = max(took) if took else size["first_train_s"]
+            if not budget.fits(f"{preset} training at L={L}", need, reserve):
                 continue
-            config = models.model_config(preset, max_len=L, d_model=256, n_layers=4,
-                                         n_heads=4, d_ff=1024)
+            start = time.time()
+            config = models.model_config(preset, max_len=L, d_model=t["d_model"],
+                                         n_layers=t["n_layers"], n_heads=t["n_heads"],
+                                         d_ff=t["d_ff"])
             tokens = torch.randint(0, 256, (B, L + 1), device=device)
             row = {"model": preset, "L": L, "batch": B}
             for name, classes, compiled in (("seqmix", ours, False), ("pytorch", users, True)):
-                torch.manual_seed(0)
-                model = classes["SequenceModel"](config).to(device)
-                opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-                fwd = torch.compile(model, dynamic=False) if compiled else model
-
-                def step():
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        logits = fwd(tokens[:, :-1])
-                        loss = torch.nn.functional.cross_entropy(
-                            logits.reshape(-1, logits.shape[-1]).float(),
-                            tokens[:, 1:].reshape(-1))
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
+                model = opt = fwd = None
                 try:
-                    ms = timed(step, 10)
+                    torch.manual_seed(0)
+                    model = classes["SequenceModel"](config).to(device)
+                    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=clock.cuda)
+                    fwd = (torch.compile(model, dynamic=False, backend=compile_backend)
+                           if compiled else model)
+                    ms = clock.median(train_step_fn(fwd, opt, tokens, device), t["repeats"])
                     row[f"{name}_tokens_per_s"] = B * L / (ms / 1e3)
-                    row[f"{name}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-                except torch.OutOfMemoryError:
+                    if clock.cuda:
+                        row[f"{name}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                except Exception as e:  # noqa: BLE001 -- out of memory included
                     row[f"{name}_tokens_per_s"] = None
+                    row[f"{name}_error"] = f"{type(e).__name__}: {first_line(e)}"
+                    print(f"bench: {preset} L={L} {name} failed: {row[f'{name}_error']}",
+                          flush=True)
                 del model, opt, fwd
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            rows.append(row)
+                if clock.cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+            took.append(time.time() - start)
+            state["training"].append(row)
+            write_outputs(state)
+
+
+def write_outputs(state):
+    """bench.json and bench-gpu.jsonl, rewritten whole after every case, so that a run cut
+    short leaves what it measured."""
+    out = state["out"]
+    info = dict(state["info"], elapsed_s=time.time() - state["start"],
+                scans=state["records"], checks=state["checks"], training=state["training"],
+                skipped=state["budget"].skipped, errors=state["errors"])
+    with open(os.path.join(out, "bench.json.tmp"), "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(os.path.join(out, "bench.json.tmp"), os.path.join(out, "bench.json"))
+    with open(os.path.join(out, "bench-gpu.jsonl.tmp"), "w") as f:
+        for r in state["records"]:
+            f.write(json.dumps(r) + "\n")
+    os.replace(os.path.join(out, "bench-gpu.jsonl.tmp"), os.path.join(out, "bench-gpu.jsonl"))
+
+
+def print_tables(state):
+    """The scan table, then (after a line gpu-check.sh finds) training, checks, skips."""
+    info = state["info"]
+    print()
+    print(f"==== bench: {info['card']} (driver {info['driver']}), PyTorch {info['torch']} "
+          f"(CUDA {info['cuda']}); copy {info['copy_tb_per_s']:.2f} TB/s (read + written); "
+          f"{time.time() - state['start']:.0f} s of a {info['budget_s']:.0f} s budget")
+    print(header_line())
+    for r in state["records"]:
+        print(record_line(r))
+    print("==== bench: training, checks, skipped")
+    print(f"{'model':12} {'L':>6} {'seqmix tok/s':>13} {'pytorch tok/s':>14} {'ratio':>6}")
+    for r in state["training"]:
+        s, p = r.get("seqmix_tokens_per_s"), r.get("pytorch_tokens_per_s")
+        ratio = f"{s / p:6.2f}" if s and p else "     -"
+        print(f"{r['model']:12} {r['L']:6d} {s or 0:13.0f} {p or 0:14.0f} {ratio}")
+    for c in state["checks"]:
+        verdict = {True: "ok", False: "FAIL", None: "not available"}[c["ok"]]
+        print(f"bench-check: {c['what']}: {c['detail']} -- {verdict}")
+    for s in state["budget"].skipped:
+        print(f"bench: skipped (budget): {s}")
+    for e in state["errors"]:
+        print(f"bench: error: {e}")
 
 
 def main():
@@ -147,37 +586,59 @@ def main():
     parser.add_argument("--lib", default="", help="libseqmix_ops.so (default: seqmix.nn)")
     parser.add_argument("--out", default=".")
     parser.add_argument("--budget", type=float, default=240, help="seconds for all cases")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="every section at tiny shapes on the CPU (tests this script)")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile backend of the baselines (the CPU test uses "
+                             "'eager': dynamo alone, no code generation)")
+    parser.add_argument("--command", default="",
+                        help="the command recorded with the results (default: this one)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("bench: needs a CUDA device (torch.cuda.is_available() is false)")
+    if not args.dry_run and not torch.cuda.is_available():
+        sys.exit("bench: needs a CUDA device (torch.cuda.is_available() is false); "
+                 "--dry-run runs it on the CPU at tiny shapes")
     models.load_ops(args.lib)
-    device = torch.device("cuda")
-    budget_end = time.time() + args.budget
-    rate = copy_rate(device)
-    scans, trains, skipped = [], [], []
-    scan_rows(device, rate, budget_end, scans, skipped)
-    model_rows(device, budget_end, trains, skipped)
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "copy_tb_per_s": rate / 1e12, "scans": scans,
-            "training": trains, "skipped": skipped}
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    size = SIZES["dry" if args.dry_run else "gpu"]
+    clock = Clock(device)
+    # One compiled graph per (op, L, dtype) of a function, more than dynamo's default limit
+    # of recompilations per function.
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    torch.manual_seed(0)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(info, f, indent=1)
-    print(f"{info['device']}, PyTorch {info['torch']} (CUDA {info['cuda']}); copy "
-          f"{info['copy_tb_per_s']:.2f} TB/s (read + written)")
-    print(f"{'op':9} {'L':>6} {'seqmix ms':>10} {'eager':>8} {'compiled':>9} "
-          f"{'x compiled':>10} {'% floor':>8}")
-    for r in scans:
-        print(f"{r['op']:9} {r['L']:6d} {r['seqmix_ms']:10.3f} {r['eager_ms']:8.2f} "
-              f"{r['compiled_ms']:9.2f} {r['compiled_ms'] / r['seqmix_ms']:10.1f} "
-              f"{100 * r['floor_ms'] / r['seqmix_ms']:8.1f}")
-    print(f"{'model':12} {'L':>6} {'seqmix tok/s':>13} {'pytorch tok/s':>14} {'ratio':>6}")
-    for r in trains:
-        s, p = r.get("seqmix_tokens_per_s"), r.get("pytorch_tokens_per_s")
-        ratio = f"{s / p:6.2f}" if s and p else "     -"
-        print(f"{r['model']:12} {r['L']:6d} {s or 0:13.0f} {p or 0:14.0f} {ratio}")
-    for s in skipped:
-        print(f"skipped (budget): {s}")
+    budget = Budget(args.budget)
+    meta = machine(device, args.dry_run)
+    meta["command"] = args.command or " ".join([os.path.basename(sys.executable)] + sys.argv)
+    meta["dry_run"] = args.dry_run
+    state = {"out": args.out, "start": time.time(), "budget": budget, "records": [],
+             "checks": [], "training": [], "errors": [],
+             "info": dict(meta, device=str(device), budget_s=args.budget)}
+    print(f"bench: {meta['card']} (driver {meta['driver']}), PyTorch {meta['torch']}, CUDA "
+          f"{meta['cuda']}, {meta['date']}, budget {args.budget:.0f} s", flush=True)
+    rate = copy_rate(device, clock, size["copy_elems"])
+    state["info"]["copy_tb_per_s"] = rate / 1e12
+    print(f"bench: copy {rate / 1e12:.3f} TB/s (read + written)", flush=True)
+    write_outputs(state)
+
+    sections = (
+        ("scans", lambda: scan_rows(device, clock, size, rate, budget, meta, state,
+                                    args.compile_backend)),
+        ("fallback check", lambda: fallback_check(device, clock, size, state)),
+        ("CUDA graph check", lambda: graph_check(device, clock, size, state)),
+        ("training", lambda: model_rows(device, clock, size, budget, state,
+                                        args.compile_backend, 0.0)),
+    )
+    for name, run in sections:
+        try:
+            run()
+        except Exception as e:  # noqa: BLE001 -- one section's crash does not end the others
+            state["errors"].append(f"{name}: {type(e).__name__}: {e}")
+            print(f"bench: {name} failed: {type(e).__name__}: {e}", flush=True)
+    write_outputs(state)
+    print_tables(state)
+    sys.exit(1 if any(c["ok"] is False for c in state["checks"]) else 0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Every seqmix op case on a device against the float64 CPU reference: forward and every
 gradient, fresh random inputs, outputs poisoned before each run, run twice (a result that
-moves between two runs on the same inputs is a race), finite differences in float64.
+moves between two runs on the same inputs is a race; SDPA's backward on CUDA, documented as
+nondeterministic, is compared within SDPA_RUN_TO_RUN instead, and says so in the log),
+finite differences in float64.
 
     python tests/gpu/check_ops.py --lib build-gpu/libseqmix_ops.so --device cuda --out DIR
 
@@ -28,6 +30,14 @@ sys.path.append(os.path.join(HERE, "..", "..", "python"))
 # absolute terms): float32 and bfloat16 accumulate in float32, bfloat16 rounds inputs and
 # outputs.
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4, torch.bfloat16: 3e-2}
+
+# Two runs of a case on the same inputs must agree bit for bit, except where the kernel is
+# PyTorch's own and documented as nondeterministic: SDPA's backward on CUDA (FlashAttention
+# and the memory-efficient kernel accumulate dQ / dK / dV with atomics, in an order that
+# changes between runs). Those cases (Case.sdpa) are compared within these tolerances,
+# relative to each tensor's largest magnitude as rel_error: about one unit in the last place
+# at that magnitude (bfloat16: 2^-7), and the log says so on every such case.
+SDPA_RUN_TO_RUN = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
 def load_ops(lib):
@@ -61,9 +71,10 @@ class Case:
     """One op call: `kernel(*inputs)` on the device against `reference(*inputs)` on the CPU in
     float64, with the gradients of sum(out * G) for the inputs that are floating point."""
 
-    def __init__(self, name, kernel, reference, inputs, grad_of, dtype):
+    def __init__(self, name, kernel, reference, inputs, grad_of, dtype, sdpa=False):
         self.name, self.kernel, self.reference = name, kernel, reference
         self.inputs, self.grad_of, self.dtype = inputs, grad_of, dtype
+        self.sdpa = sdpa  # the kernel is F.scaled_dot_product_attention (SDPA_RUN_TO_RUN)
 
 
 def run_case(case, device, rng_seed):
@@ -101,8 +112,17 @@ def run_case(case, device, rng_seed):
         results.append((out.detach().clone(), [x.detach().clone() if x is not None else None
                                                for x in grads], g))
     (out, grads, g), (out2, grads2, _) = results
-    same = torch.equal(out, out2) and all(
-        (a is None and b is None) or torch.equal(a, b) for a, b in zip(grads, grads2))
+    pairs = [(out, out2)] + [(a, b) for a, b in zip(grads, grads2)
+                             if a is not None or b is not None]
+    same = all(a is not None and b is not None and torch.equal(a, b) for a, b in pairs)
+    determinism = "bit for bit" if same else "the two runs differ"
+    if not same and case.sdpa:
+        run_to_run = max(rel_error(a, b) if a is not None and b is not None else math.inf
+                         for a, b in pairs)
+        limit = SDPA_RUN_TO_RUN[case.dtype]
+        same = run_to_run <= limit
+        determinism = (f"SDPA nondeterministic: compared within tol {limit:.0e} (largest "
+                       f"run-to-run difference {run_to_run:.2e})")
 
     rargs = prepared(torch.device("cpu"), ref_dtype)
     ref = case.reference(*rargs)
@@ -116,7 +136,7 @@ def run_case(case, device, rng_seed):
     worst = max(errors.values())
     return {"case": case.name, "dtype": str(case.dtype).replace("torch.", ""),
             "errors": errors, "tolerance": tol, "deterministic": same,
-            "ok": bool(worst <= tol and same)}
+            "determinism": determinism, "ok": bool(worst <= tol and same)}
 
 
 def aib_cases(ops):
@@ -204,7 +224,7 @@ def attention_cases(ops):
                                 lambda q, k, v, m, d=direction: ops.attention(q, k, v, m, d),
                                 lambda q, k, v, m, d=direction:
                                     ops.attention_reference(q, k, v, m, d, 0.0),
-                                [q, k, v, mask], [0, 1, 2], dtype)
+                                [q, k, v, mask], [0, 1, 2], dtype, sdpa=True)
                     case.param_indices, case.param_dtype = set(), dtype
                     cases.append(case)
     return cases
@@ -294,7 +314,7 @@ def main():
     cases = aib_cases(ops) + ces_cases(ops) + attention_cases(ops) + other_cases(ops)
     if args.quick:
         cases = [c for c in cases if not any(f"L={n} " in c.name for n in (4096, 65536, 70000))]
-    failed = 0
+    failed = within = 0
     start = time.time()
     with open(os.path.join(args.out, "ops.jsonl"), "w") as log:
         for i, case in enumerate(cases):
@@ -307,6 +327,9 @@ def main():
             log.write(json.dumps(r) + "\n")
             if not r["ok"]:
                 print("FAIL", json.dumps(r), flush=True)
+            elif r["determinism"] != "bit for bit":
+                within += 1
+                print(f"NOTE {r['case']} {r['dtype']}: {r['determinism']}", flush=True)
         checks = gradchecks(ops, device)
         for r in checks:
             failed += not r["ok"]
@@ -314,8 +337,10 @@ def main():
             if not r["ok"]:
                 print("FAIL", json.dumps(r), flush=True)
         total = len(cases) + len(checks)
+    note = (f"; {within} of them SDPA cases compared run to run within tolerance (SDPA "
+            f"nondeterministic, NOTE lines)" if within else "")
     print(f"check_ops: {total - failed}/{total} cases pass on {device} "
-          f"({time.time() - start:.0f} s)")
+          f"({time.time() - start:.0f} s){note}")
     sys.exit(1 if failed else 0)
 
 
