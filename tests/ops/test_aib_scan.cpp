@@ -132,11 +132,18 @@ TEST(AIBFusedStability, LargeActivationsAndHugeDistanceWeights) {
 }
 
 // Distance weights far beyond float32's range on the levels longer than a tile (the rows of
-// 128-position tiles): up to exp(+-150) per level, products up to e^225. The row exponents
-// keep them on the fast path, exact. With padding, a row's padded columns stay 0 while the
-// others grow by the weight, so one row must hold both: float32 has room for ~e^110 there.
+// 128-position tiles). Up to e^+-40 per level (products to e^60 and beyond the float range
+// over the levels), the row exponents keep them on the fast path, with padding too; at
+// e^+-150 per level a row's sums can span more than float32 holds, and blocks may take the
+// exponent path -- exact either way.
 TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
-  for (const auto& [top, padded] : {std::pair<double, bool>{150, false}, {75, true}}) {
+  struct Case {
+    double top;
+    bool padded, fast;
+  };
+  for (const Case& tc : {Case{40, false, true}, Case{40, true, true}, Case{150, false, false}}) {
+    const double top = tc.top;
+    const bool padded = tc.padded;
     torch::manual_seed(33);
     const int64_t B = 2, L = 700, D = 16;
     const int64_t K = seqmix::ops::aib_num_levels(L);
@@ -155,7 +162,7 @@ TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
       EXPECT_LT(seqmix::testing::max_abs_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10)
           << dtype << " " << top;
     }
-    EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    if (tc.fast) EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
     // Gradients: float32 against float64, both fused.
     std::vector<at::Tensor> g64, g32;
     for (auto dtype : {at::kDouble, at::kFloat}) {
@@ -168,7 +175,7 @@ TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
       auto& out = dtype == at::kDouble ? g64 : g32;
       out = {ad.grad(), vd.grad(), wd.grad()};
     }
-    EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    if (tc.fast) EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
     for (size_t i = 0; i < 3; ++i) {
       const double scale = g64[i].abs().max().item<double>() + 1;
       EXPECT_LT(seqmix::testing::max_abs_err(g32[i].to(at::kDouble) / scale, g64[i] / scale),

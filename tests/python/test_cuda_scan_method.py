@@ -168,14 +168,14 @@ def scaled_forward(a, v, lw, tile_bits, mask=None):
         h, u = _window_x(wa, wv, cr)
         h, u = levels(h, lw, 0, m), levels(u, lw, 0, m)
         zh[:, r * T:(r + 1) * T], zu[:, r * T:(r + 1) * T] = h[:, T:], u[:, T:]
-    fa, fb = row_factors(c, lw[m:], beta0, row_bits)
+    fa, fb, lost = row_factors(c, lw[m:], beta0, row_bits)
     H, U = zh.view(B, R, T, D).clone(), zu.view(B, R, T, D).clone()
     for i in range(nh):
         H, U = row_level(H, fa[i], fb[i], 1 << i), row_level(U, fa[i], fb[i], 1 << i)
     H, U = H.reshape(B, R * T, D)[:, :L], U.reshape(B, R * T, D)[:, :L]
     valid = torch.ones(B, L, 1, dtype=torch.bool) if mask is None else mask.unsqueeze(-1)
     tiny = 2.0 ** (-900 if a.dtype == torch.float64 else -100)
-    ok = bool(((U >= tiny) & torch.isfinite(H) & torch.isfinite(U) | ~valid).all())
+    ok = not lost and bool(((U >= tiny) & torch.isfinite(H) & torch.isfinite(U) | ~valid).all())
     out = torch.where(valid, H / torch.where(valid, U, torch.ones_like(U)), torch.zeros_like(H))
     return out, ok
 
@@ -193,6 +193,7 @@ def row_factors(c, lw_hi, beta0, row_bits):
     bound = torch.where(c == ninf, torch.full_like(cs, ninf), beta0.double().expand(B, R, D))
     fa = torch.ones(nh, B, R, D, dtype=torch.float64)
     fb = torch.zeros(nh, B, R, D, dtype=torch.float64)
+    lost = False
     for i in range(nh):
         rs = 1 << i
         for r in range(R - 1, rs - 1, -1):
@@ -206,13 +207,20 @@ def row_factors(c, lw_hi, beta0, row_bits):
             lift = torch.ceil(new.clamp(min=-2.0**30)).long() - row_bits
             en = torch.where(new - e[:, r] > row_bits, lift, e[:, r])
             eb = e[:, r - rs] + k.long()
+            # A factor below the normal range would flush a row that still counts where the
+            # other is 0: the kernels flag the group for the exact kernel.
+            # (Harmless where all the flushed row could carry is below the smallest normal.)
+            min_exp = -1021 if c.dtype == torch.float64 else -125
+            normal = -1022 if c.dtype == torch.float64 else -126
+            lost |= bool((((e[:, r] - en) < min_exp) & (bound[:, r] - en > normal)).any())
+            lost |= bool((((eb - en) < min_exp) & (src - en > normal)).any())
             a = torch.exp2((e[:, r] - en).clamp(min=-1100).double())
             b = wm * torch.exp2((eb - en).clamp(min=-1100).double())
             fa[i, :, r] = torch.where(bound[:, r] == ninf, torch.zeros_like(a), a)
             fb[i, :, r] = torch.where(bound[:, r - rs] == ninf, torch.zeros_like(b), b)
             e[:, r] = en
             bound[:, r] = new
-    return fa.to(c.dtype), fb.to(c.dtype)
+    return fa.to(c.dtype), fb.to(c.dtype), lost
 
 
 def _tile_bounds(lw_lo, T, dtype):
@@ -255,7 +263,7 @@ def scaled_backward(a, v, lw, g, tile_bits, mask=None):
         h, u = _window_x(wa, wv, c[:, r])
         z[0, :, r * T:(r + 1) * T] = levels(h, lw, 0, m)[:, T:]
         z[1, :, r * T:(r + 1) * T] = levels(u, lw, 0, m)[:, T:]
-    fa, fb = row_factors(c, lw[m:], beta0, row_bits)
+    fa, fb, _ = row_factors(c, lw[m:], beta0, row_bits)
     grad = torch.zeros(K, D, dtype=torch.float64)
     z0 = z.view(2, B, R, T, D)
     snaps = [z0]
@@ -325,16 +333,18 @@ def log_space_scan(a, v, lw, mask=None):
     return out if mask is None else out * mask.unsqueeze(-1)
 
 
-def _hard_inputs(L, D, seed, masked):
-    """A ~ N(0, 3^2) plus a slow drift of +-15, and level weights whose products reach e^+-300:
-    the default initialisation's tail and beyond."""
+def _hard_inputs(L, D, seed, masked, top=None):
+    """A ~ N(0, 3^2) plus a slow drift of +-15, and level weights whose products reach far past
+    float32's range (each high level +-top nats, 30 by default; a level beyond ~e^+-40 can
+    take the exact kernel): the default initialisation's tail and beyond."""
+    top = 30 if top is None else top
     g = torch.Generator().manual_seed(seed)
     K = max(1, (L - 1).bit_length())
     a = 3 * torch.randn(2, L, D, generator=g, dtype=torch.float64)
     a += 15 * torch.sin(torch.arange(L, dtype=torch.float64) / 40).view(1, L, 1)
     v = torch.randn(2, L, D, generator=g, dtype=torch.float64)
     lw = torch.cumsum(torch.randn(K, D, generator=g, dtype=torch.float64), 0)
-    lw[K // 2:] += torch.linspace(-60, 60, D, dtype=torch.float64)  # the high levels
+    lw[K // 2:] += torch.linspace(-top, top, D, dtype=torch.float64)  # the high levels
     mask = None
     if masked:
         mask = torch.rand(2, L, generator=g) > 0.2
@@ -364,6 +374,24 @@ def test_scaled_method_is_exact_where_the_weights_leave_float_range(dtype, L, ti
     want = lwg.grad if lwg.grad is not None else torch.zeros_like(lw)  # L = 1: no level used
     scale = want.abs().max().item() + 1
     torch.testing.assert_close(dlw / scale, want / scale, **tol)
+
+
+def test_factors_that_would_flush_a_row_send_the_group_to_the_exact_kernel():
+    """A level weight of e^120 after a tile whose own weights are e^64: the row's own sums
+    would need a factor below float32's normal range; the kernels must flag that (the exact
+    kernel answers), never flush it silently."""
+    L, D = 256, 1
+    lw = torch.zeros(8, D)
+    lw[6], lw[7] = 64.0, 120.0
+    a = torch.zeros(1, L, D)
+    v = torch.randn(1, L, D, generator=torch.Generator().manual_seed(1))
+    _, ok = scaled_forward(a, v, lw, 7)
+    assert not ok
+    lw[7] = 60.0  # within reach: exact on the fast path
+    out, ok = scaled_forward(a, v, lw, 7)
+    assert ok
+    torch.testing.assert_close(out.double(), log_space_scan(a.double(), v.double(), lw.double()),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_the_unscaled_arithmetic_overflows_on_the_same_inputs():

@@ -352,10 +352,17 @@ FastSetup<T> fast_setup(const FastBlock<T>& b) {
   return f;
 }
 
+// Mantissas are kept below 2^kRowBits: phase 1 by the tile scale's shift, the column levels
+// by row exponents chosen from an upper bound on each row's sums. A row then holds values
+// from 2^kRowBits down to the smallest normal number (float: 190 bits): room for columns a
+// padded row leaves at zero while its neighbours grow by huge distance weights.
+template <typename T>
+constexpr int kRowBits = std::is_same_v<T, float> ? 64 : 500;
+
 // How far E is scaled down (in nats) for the tiles up to position q: after the tile levels
 // (shifts below T = 2^m), a sum at q covers distances d < min(q + 1, T), whose weights are at
 // most prod_j max(1, W_j) over the levels j < m with 2^j <= q, and E <= 1, so every U is at
-// most min(q + 1, T) times that; the shift keeps this bound at 2^kSafeExp (|V| may take up
+// most min(q + 1, T) times that; the shift keeps this bound at 2^kRowBits (|V| may take up
 // the slack; the checks where results are final catch the rest). The longer levels are
 // scaled row by row instead (fast_phase1). The shift grows with q, so the tile scales still
 // only grow.
@@ -365,7 +372,7 @@ inline V<T> shift_upto(const FastSetup<T>& f, int64_t q, int64_t m) {
   while (levels < m && (int64_t{1} << levels) <= q) ++levels;
   constexpr double ln2 = 0.6931471805599453;
   const double reach = static_cast<double>(std::min(q + 1, int64_t{1} << m));
-  const V<T> s = f.pos[levels] + static_cast<T>(std::log(reach) - Traits<T>::kSafeExp * ln2);
+  const V<T> s = f.pos[levels] + static_cast<T>(std::log(reach) - kRowBits<T> * ln2);
   return s > splat<T>(0) ? s : V<T>{};
 }
 
@@ -572,12 +579,11 @@ inline bool unit(V<T> f) {
   return !any_lane<T>(f != splat<T>(1));
 }
 
-// Mantissas of the column levels are kept below 2^kRowBits: the row exponents are chosen
-// from an upper bound on each row's sums, so a row holds values from 2^kRowBits down to the
-// smallest normal number (float: 190 bits) -- room for columns a padded row leaves at zero
-// while its neighbours grow by huge distance weights.
+// Row factors are normal numbers: 2^-kMinFactorExp and up (wm >= 2^-0.5 takes the rest).
 template <typename T>
-constexpr int kRowBits = std::is_same_v<T, float> ? 64 : 500;
+constexpr int kMinFactorExp = std::is_same_v<T, float> ? 125 : 1021;
+template <typename T>
+constexpr int kNormalExp = std::is_same_v<T, float> ? 126 : 1022;  // smallest normal: 2^-this
 
 // ceil(x) as integer lanes, for |x| <= 2^24.
 template <typename T>
@@ -593,9 +599,9 @@ inline I<T> ceil_int(V<T> x) {
 // rowa = 2^(e_r - e'_r), rowb = wm 2^(e_{r - rs} + k - e'_r). e'_r is picked from bound_r, an
 // upper bound on log2 of the row's sums in units of exp(c_r) (phase 1's bound to start with;
 // a row with no valid position within a tile's reach holds zeros and starts at -2^24): it
-// stays e_r while the mantissas stay below 2^kRowBits, else it lifts them to just below. Exponent arithmetic is exact, so no rounding of a
-// scale ever changes an effective weight, and the weights' product over all levels can be
-// anything.
+// stays e_r while the mantissas stay below 2^kRowBits, else it lifts them to just below.
+// Exponent arithmetic is exact, so no rounding of a scale ever changes an effective weight,
+// and the weights' product over all levels can be anything.
 template <typename T>
 void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
   if (lay.nh == 0) return;
@@ -610,8 +616,8 @@ void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
   for (int64_t r = 0; r < lay.R; ++r) {
     e[r] = I<T>{};
     bool any = b.mask == nullptr;
-    for (int64_t q = std::max<int64_t>(0, (r - 1) * lay.T); !any && q < std::min(b.L, (r + 1) * lay.T); ++q)
-      any = b.mask[q] != 0;
+    const int64_t q0 = std::max<int64_t>(0, (r - 1) * lay.T);
+    for (int64_t q = q0; !any && q < std::min(b.L, (r + 1) * lay.T); ++q) any = b.mask[q] != 0;
     const int64_t q = std::min(b.L, (r + 1) * lay.T) - 1;
     const V<T> sh = shift_upto(run.f, q, lay.m);
     bound[r] = any ? splat<T>(T(lay.m)) + (run.f.pos[lay.m] - sh) * T(log2e) : floor;
@@ -626,7 +632,8 @@ void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
       V<T> wm;
       I<T> k;
       exp_split<T>(run.f.lw[lay.m + i] + (c[r - rs] - c[r]), wm, k);
-      const V<T> src = bound[r - rs] + __builtin_convertvector(k, V<T>) + T(0.51);  // log2 wm < 0.51
+      // log2 wm < 0.51
+      const V<T> src = bound[r - rs] + __builtin_convertvector(k, V<T>) + T(0.51);
       V<T> next = (bound[r] > src ? bound[r] : src) + T(1);
       next = next < floor ? floor : next;
       // The exponent moves only when the bound would pass 2^kRowBits: most rows keep
@@ -635,8 +642,17 @@ void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
       const I<T> en = (next - __builtin_convertvector(e[r], V<T>)) > splat<T>(T(kRowBits<T>))
                           ? lift
                           : e[r];
-      const V<T> a = pow2_clamped<T>(wrap_sub<T>(e[r], en));
-      const V<T> w = wm * pow2_clamped<T>(wrap_sub<T>(wrap_add<T>(e[r - rs], k), en));
+      const I<T> ea = wrap_sub<T>(e[r], en), eb = wrap_sub<T>(wrap_add<T>(e[r - rs], k), en);
+      // A factor below the normal range flushes a row: harmless if all it could carry is
+      // below the smallest normal number (then under 2^-26 of any U that passes the final
+      // check), else that row may still count where the other is small or 0 (padding), and
+      // the block takes the exponent path.
+      const V<T> enf = __builtin_convertvector(en, V<T>), normal = splat<T>(T(-kNormalExp<T>));
+      const I<T> lost = ((ea < isplat<T>(-kMinFactorExp<T>)) & (bound[r] - enf > normal)) |
+                        ((eb < isplat<T>(-kMinFactorExp<T>)) & (src - enf > normal));
+      run.bad |= lost;
+      const V<T> a = pow2_clamped<T>(ea);
+      const V<T> w = wm * pow2_clamped<T>(eb);
       e[r] = en;
       bound[r] = next;
       fa[r] = a;

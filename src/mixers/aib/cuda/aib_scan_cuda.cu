@@ -111,6 +111,12 @@ __host__ __device__ __forceinline__ double tiny<double>() {
 template <typename acc_t>
 constexpr int kRowBits = sizeof(acc_t) == 8 ? 500 : 64;
 
+// Row factors are normal numbers: 2^-kMinFactorExp and up (wm >= 2^-0.5 takes the rest).
+template <typename acc_t>
+constexpr int kMinFactorExp = sizeof(acc_t) == 8 ? 1021 : 125;
+template <typename acc_t>
+constexpr int kNormalExp = sizeof(acc_t) == 8 ? 1022 : 126;  // smallest normal: 2^-this
+
 // The tile scale's shift (nats) for a channel: the low levels' largest sum, 2T
 // prod_{j < m} max(1, W_j), times E <= exp(-shift), stays below 2^kRowBits. Also returns
 // log2 of that bound (beta0), where the row exponents start.
@@ -375,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) tile_forward(ScanArgs<scalar_t, acc_
 // content, so the choice is the same in every column) would pass 2^kRowBits. A row whose
 // window had no valid position (c = -inf) holds zeros: it sets no bound (and its factors
 // are 0), and 0 stands in for its scale.
-template <int RB, typename scalar_t, typename acc_t>
+template <int RB, int CG, typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t> s) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= s.B * s.D) return;
@@ -422,6 +428,13 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
       const int en = next - e[r] > kRowBits<acc_t> ? static_cast<int>(ceil(next)) - kRowBits<acc_t>
                                                    : e[r];
       const int eb = e[r - rs] + k;
+      // A factor below the normal range flushes a row: harmless if all it could carry is
+      // below the smallest normal number (then under 2^-26 of any U that passes the final
+      // check), else that row may still count where the other is small or 0 (padding), and
+      // the group takes the exact kernel.
+      if ((e[r] - en < -kMinFactorExp<acc_t> && bound[r] - en > -kNormalExp<acc_t>) ||
+          (eb - en < -kMinFactorExp<acc_t> && src - en > -kNormalExp<acc_t>))
+        flag_group(s, b, static_cast<int>(c / CG));
       const double fa = bound[r] == -INFINITY ? 0.0 : ldexp(1.0, max(e[r] - en, -1100));
       const double fb = bound[r - rs] == -INFINITY ? 0.0 : wm * ldexp(1.0, max(eb - en, -1100));
       s.fa[row0 + r * s.D] = static_cast<acc_t>(fa);
@@ -1035,7 +1048,7 @@ struct Plan {
     launch(tile_forward<C, scalar_t, acc_t>, tile_grid, tile_smem(false), s);
     if (sh.nh > 0) {
       const auto blocks = static_cast<unsigned>((s.B * s.D + kThreads - 1) / kThreads);
-      launch(row_factors<C::RB, scalar_t, acc_t>, dim3(blocks), 0, s);
+      launch(row_factors<C::RB, C::CG, scalar_t, acc_t>, dim3(blocks), 0, s);
     }
   }
 
