@@ -133,7 +133,8 @@ def aib_scan_fallbacks():
     or a non-finite A). CUDA: each channel group of one sequence rerun by the exact kernel.
     The answer stays exact; only speed suffers. Normal training never falls back (learned
     distance weights of any size are handled by per-row exponents): a fallback means A spans
-    about 70 nats within a few hundred positions, |V| near the float range, or NaN/inf. The
+    about 70 nats within a few hundred positions, one distance level's weight beyond about
+    e^+-50, |V| >= 2**64, or NaN/inf. The
     first fallback of a process also warns once. Reading the CUDA count synchronises the
     device.
 

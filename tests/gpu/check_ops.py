@@ -255,6 +255,86 @@ def other_cases(ops):
     return cases
 
 
+def _fallbacks(ops):
+    """The op's running count of exact-path fallbacks (None where the build has no counter)."""
+    return int(ops.aib_scan_fallbacks()) if hasattr(ops, "aib_scan_fallbacks") else None
+
+
+def aib_scale_checks(ops, device, quick=False):
+    """The AIB kernels' scale handling on the device against the fused float64 CPU kernel
+    (exact for any finite A): distance weights far beyond float32's range must stay on the
+    fast path (no fallback); A jumping by 120 nats and NaN must take the exact kernel (counted)
+    and give the CPU's answer; the size classes past L = 2^16 (tiles of 512 and 1024, up to
+    1024 rows) and L = 2^20 (not with ``quick``). Forward and the gradients of sum(O * G)."""
+    out = []
+
+    def run(name, a, v, w, mask, weights, dtype, expect_fallback, grads=True):
+        g = torch.randn(a.shape, dtype=torch.float64)
+        want = []
+        ac, vc, wc = (t.detach().double().requires_grad_() for t in (a, v, w))
+        o = ops.aib_scan(ac, vc, wc, mask, "causal", weights)
+        (o * g).sum().backward()
+        want = [o, ac.grad, vc.grad, wc.grad]
+        pdt = torch.float32 if dtype == torch.bfloat16 else dtype
+        ad, vd = (t.detach().to(device, dtype).requires_grad_() for t in (a, v))
+        wd = w.detach().to(device, pdt).requires_grad_()
+        md = None if mask is None else mask.to(device)
+        before = _fallbacks(ops)
+        poison(device)
+        od = ops.aib_scan(ad, vd, wd, md, "causal", weights)
+        (od * g.to(device, dtype)).sum().backward()
+        after = _fallbacks(ops)
+        got = [od, ad.grad, vd.grad, wd.grad]
+        errs = []
+        # With NaN inputs only the forward is compared: NaN exactly in the windows that hold
+        # one, the CPU's values elsewhere (gradients through NaN carry no meaning).
+        for x, y in zip(got, want) if grads else zip(got[:1], want[:1]):
+            x = x.detach().double().cpu()
+            nan_where = torch.isnan(y)
+            same_nan = bool((torch.isnan(x) == nan_where).all())
+            x, y = x.masked_fill(nan_where, 0), y.masked_fill(nan_where, 0)
+            errs.append(rel_error(x, y) if same_nan else math.inf)
+        tol = TOLERANCE[dtype] * 5  # one long sequence: errors add up over more terms
+        counted = None if before is None else after - before
+        fallback_ok = counted is None or expect_fallback is None or (counted > 0) == expect_fallback
+        ok = all(e <= tol for e in errs) and fallback_ok
+        out.append({"case": "aib_scan scale " + name, "dtype": str(dtype).replace("torch.", ""),
+                    "ok": ok, "errors": errs, "tolerance": tol, "fallbacks": counted,
+                    "fallback_expected": expect_fallback, "determinism": "bit for bit"})
+
+    def weights_beyond_range(L, D, top):
+        K = max(1, (L - 1).bit_length())
+        w = torch.cumsum(torch.randn(K, D), 0)
+        w[K // 2:] += torch.linspace(-top, top, D)
+        return w
+
+    # Up to e^+-30 per level (products to e^200, past float32's range) on the fast path; at
+    # e^+-150 per level rows may need more range than float32 has: exact, fallbacks allowed.
+    for top, fast in ((30, False), (150, None)):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            L, D = 5000, 64
+            a, v = torch.randn(2, L, D) * 2, torch.randn(2, L, D)
+            run(f"weights to e^+-{top} per level L={L} D={D}", a, v,
+                weights_beyond_range(L, D, top), None, "exp", dtype, fast)
+    L, D = 3000, 32
+    a, v = torch.zeros(2, L, D), torch.randn(2, L, D)
+    a[:, 100] = 120.0
+    w = 0.3 * torch.randn((L - 1).bit_length(), D)
+    for dtype in (torch.float32, torch.float64):
+        run(f"A jumps by 120 (exact kernel) L={L} D={D}", a, v, w, None, "prefix_exp", dtype,
+            dtype == torch.float32)
+    a = torch.randn(2, L, D)
+    a[1, 700, 3] = float("nan")
+    mask = torch.rand(2, L) > 0.1
+    run(f"NaN in A (exact kernel) L={L} D={D}", a, v, w, mask, "prefix_exp", torch.float32, True,
+        grads=False)
+    for L, D in [] if quick else [(131072, 16), (300000, 8), (1 << 20, 4)]:
+        a, v = torch.randn(1, L, D), torch.randn(1, L, D)
+        w = 0.2 * torch.randn((L - 1).bit_length(), D) - 0.1
+        run(f"long L={L} D={D}", a, v, w, None, "prefix_exp", torch.float32, False)
+    return out
+
+
 def gradchecks(ops, device):
     """Finite differences in float64 on the device, small shapes."""
     from seqmix import _layers
@@ -331,6 +411,7 @@ def main():
                 within += 1
                 print(f"NOTE {r['case']} {r['dtype']}: {r['determinism']}", flush=True)
         checks = gradchecks(ops, device)
+        checks += aib_scale_checks(ops, device, args.quick)
         for r in checks:
             failed += not r["ok"]
             log.write(json.dumps(r) + "\n")

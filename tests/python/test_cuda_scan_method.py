@@ -141,6 +141,14 @@ def _tiles(a, v, mask, T, R):
     return ap, vp
 
 
+def _tile_low(own, c):
+    """log2 of the smallest E = exp(A - c) over a tile's own positions (below L): -inf where
+    one is padded (A = -inf there) or the window is empty."""
+    m = own.min(1).values.double()
+    return torch.where((m == float("-inf")) | (c == float("-inf")), torch.full_like(m, float("-inf")),
+                       (m - c.double()) * LOG2E)
+
+
 def _window_x(wa, wv, c):
     """(E V, E) with E = exp(A - c); 0 where A is -inf or the window is empty (c = -inf)."""
     empty = (wa == float("-inf")) | (c == float("-inf")).unsqueeze(1)
@@ -160,15 +168,17 @@ def scaled_forward(a, v, lw, tile_bits, mask=None):
     zh = torch.zeros(B, R * T, D, dtype=a.dtype)
     zu = torch.zeros_like(zh)
     c = torch.empty(B, R, D, dtype=a.dtype)
+    low = torch.empty(B, R, D, dtype=torch.float64)
     for r in range(R):
         wa, wv = ap[:, r * T:r * T + 2 * T], vp[:, r * T:r * T + 2 * T]
         top = wa.max(1).values
         cr = torch.where(top == float("-inf"), top, torch.ceil(top.double() + shift).to(a.dtype))
         c[:, r] = cr
+        low[:, r] = _tile_low(wa[:, T:T + min(T, L - r * T)], cr)
         h, u = _window_x(wa, wv, cr)
         h, u = levels(h, lw, 0, m), levels(u, lw, 0, m)
         zh[:, r * T:(r + 1) * T], zu[:, r * T:(r + 1) * T] = h[:, T:], u[:, T:]
-    fa, fb, lost = row_factors(c, lw[m:], beta0, row_bits)
+    fa, fb, lost = row_factors(c, lw[m:], beta0, row_bits, low)
     H, U = zh.view(B, R, T, D).clone(), zu.view(B, R, T, D).clone()
     for i in range(nh):
         H, U = row_level(H, fa[i], fb[i], 1 << i), row_level(U, fa[i], fb[i], 1 << i)
@@ -180,7 +190,7 @@ def scaled_forward(a, v, lw, tile_bits, mask=None):
     return out, ok
 
 
-def row_factors(c, lw_hi, beta0, row_bits):
+def row_factors(c, lw_hi, beta0, row_bits, low):
     """The row_factors kernel: fa, fb [nh, B, R, D] in the dtype of c, formed in float64.
     Row r's values are mantissas x 2^e_r x exp(c_r); each level keeps the integer e_r, or
     raises it when an upper bound on the row's mantissas (beta0: log2 of the tile pass's; an
@@ -191,6 +201,7 @@ def row_factors(c, lw_hi, beta0, row_bits):
     cs = torch.where(c == ninf, torch.zeros_like(c), c).double()
     e = torch.zeros(B, R, D, dtype=torch.int64)
     bound = torch.where(c == ninf, torch.full_like(cs, ninf), beta0.double().expand(B, R, D))
+    lower = low.double().clone()  # log2 of each row's smallest value that counts
     fa = torch.ones(nh, B, R, D, dtype=torch.float64)
     fb = torch.zeros(nh, B, R, D, dtype=torch.float64)
     lost = False
@@ -201,6 +212,7 @@ def row_factors(c, lw_hi, beta0, row_bits):
             k = torch.round(t)
             wm = torch.exp2(t - k)
             src = bound[:, r - rs] + k + torch.log2(wm)
+            src_low = lower[:, r - rs] + k + torch.log2(wm)
             top = torch.maximum(bound[:, r], src)
             low = torch.minimum(bound[:, r], src)
             new = torch.where(top == ninf, top, top + torch.log2(1 + torch.exp2(low - top)))
@@ -209,17 +221,21 @@ def row_factors(c, lw_hi, beta0, row_bits):
             eb = e[:, r - rs] + k.long()
             # A factor below the normal range would flush a row that still counts where the
             # other is 0: the kernels flag the group for the exact kernel.
-            # (Harmless where all the flushed row could carry is below the smallest normal.)
+            # (Harmless where all the flushed row could carry is below the smallest normal, or
+            # below 2^-24 of the least the other row holds at every column.)
             min_exp = -1021 if c.dtype == torch.float64 else -125
             normal = -1022 if c.dtype == torch.float64 else -126
-            lost |= bool((((e[:, r] - en) < min_exp) & (bound[:, r] - en > normal)).any())
-            lost |= bool((((eb - en) < min_exp) & (src - en > normal)).any())
+            lost |= bool((((e[:, r] - en) < min_exp) & (bound[:, r] - en > normal)
+                          & (bound[:, r] > src_low - 24)).any())
+            lost |= bool((((eb - en) < min_exp) & (src - en > normal)
+                          & (src > lower[:, r] - 24)).any())
             a = torch.exp2((e[:, r] - en).clamp(min=-1100).double())
             b = wm * torch.exp2((eb - en).clamp(min=-1100).double())
             fa[i, :, r] = torch.where(bound[:, r] == ninf, torch.zeros_like(a), a)
             fb[i, :, r] = torch.where(bound[:, r - rs] == ninf, torch.zeros_like(b), b)
             e[:, r] = en
             bound[:, r] = new
+            lower[:, r] = torch.maximum(lower[:, r], src_low)
     return fa.to(c.dtype), fb.to(c.dtype), lost
 
 
@@ -256,14 +272,16 @@ def scaled_backward(a, v, lw, g, tile_bits, mask=None):
     shift, beta0, row_bits = _tile_bounds(lw[:m], T, dt)
     z = torch.zeros(2, B, R * T, D, dtype=dt)
     c = torch.empty(B, R, D, dtype=dt)
+    low = torch.empty(B, R, D, dtype=torch.float64)
     for r in range(R):
         wa, wv = ap[:, r * T:r * T + 2 * T], vp[:, r * T:r * T + 2 * T]
         top = wa.max(1).values
         c[:, r] = torch.where(top == float("-inf"), top, torch.ceil(top.double() + shift).to(dt))
+        low[:, r] = _tile_low(wa[:, T:T + min(T, L - r * T)], c[:, r])
         h, u = _window_x(wa, wv, c[:, r])
         z[0, :, r * T:(r + 1) * T] = levels(h, lw, 0, m)[:, T:]
         z[1, :, r * T:(r + 1) * T] = levels(u, lw, 0, m)[:, T:]
-    fa, fb, _ = row_factors(c, lw[m:], beta0, row_bits)
+    fa, fb, _ = row_factors(c, lw[m:], beta0, row_bits, low)
     grad = torch.zeros(K, D, dtype=torch.float64)
     z0 = z.view(2, B, R, T, D)
     snaps = [z0]
@@ -376,22 +394,26 @@ def test_scaled_method_is_exact_where_the_weights_leave_float_range(dtype, L, ti
     torch.testing.assert_close(dlw / scale, want / scale, **tol)
 
 
-def test_factors_that_would_flush_a_row_send_the_group_to_the_exact_kernel():
-    """A level weight of e^120 after a tile whose own weights are e^64: the row's own sums
-    would need a factor below float32's normal range; the kernels must flag that (the exact
-    kernel answers), never flush it silently."""
+@pytest.mark.parametrize("top", [60.0, 120.0, 200.0])
+def test_a_row_factor_flushes_only_what_cannot_count(top):
+    """A tile whose own level weight is e^64, then a level of e^top: the row's own sums need a
+    factor below float32's normal range. Without padding each row's smallest value is known,
+    so the flush is proven harmless and the fast path stays exact; with a padded position it
+    cannot be, and the group goes to the exact kernel -- never a silent loss."""
     L, D = 256, 1
     lw = torch.zeros(8, D)
-    lw[6], lw[7] = 64.0, 120.0
+    lw[6], lw[7] = 64.0, top
     a = torch.zeros(1, L, D)
     v = torch.randn(1, L, D, generator=torch.Generator().manual_seed(1))
-    _, ok = scaled_forward(a, v, lw, 7)
-    assert not ok
-    lw[7] = 60.0  # within reach: exact on the fast path
-    out, ok = scaled_forward(a, v, lw, 7)
-    assert ok
-    torch.testing.assert_close(out.double(), log_space_scan(a.double(), v.double(), lw.double()),
-                               rtol=1e-5, atol=1e-5)
+    for mask in (None, torch.arange(L).view(1, L) != 10):
+        out, ok = scaled_forward(a, v, lw, 7, mask)
+        expect = log_space_scan(a.double(), v.double(), lw.double(), mask)
+        if mask is None:
+            assert ok
+        if ok:
+            torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+    _, ok = scaled_forward(a, v, lw, 7, torch.arange(L).view(1, L) != 10)
+    assert ok == (top != 120.0)  # 200: all the flushed row could carry is below 2^-126
 
 
 def test_the_unscaled_arithmetic_overflows_on_the_same_inputs():

@@ -138,7 +138,8 @@ at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& 
 /// one pass) rerun on the exponent path, and each call sent whole to the ATen scan
 /// (|A| >= 2^19 or a non-finite A); on CUDA, each channel group of one sequence rerun by the
 /// exact kernel (src/mixers/aib/cuda/). Normal training never falls back: a fallback means
-/// A spans about 70 nats or more inside 128 positions (256 on CUDA), |V| near the float range,
+/// A spans about 70 nats or more inside 128 positions (256 on CUDA), one distance level's
+/// weight is beyond about e^+-50 next to a much smaller row, |V| >= 2^64 (float32),
 /// or NaN/infinity; it is exact but several times slower. The first fallback a process sees
 /// raises a one-time warning (TORCH_WARN_ONCE; on CUDA when the count is next read or a later
 /// call finds it already copied to the host). Reading the CUDA count synchronises the current

@@ -80,7 +80,8 @@ void aib_note_fallbacks(int64_t count) {
       "seqmix.aib_scan: the fused kernel left its fast path for the exact fallback (",
       count, " so far; seqmix.ops.aib_scan_fallbacks() counts them). The result is exact but "
       "several times slower. Causes: A spanning ~70 nats or more within a few hundred "
-      "positions, |V| near the float range, or NaN/infinity in the inputs.");
+      "positions, one distance level's weight beyond about e^+-50, |V| >= 2^64, or "
+      "NaN/infinity in the inputs.");
 }
 
 int64_t aib_scan_fallbacks() {

@@ -16,11 +16,13 @@
 //   max of A plus a shift for large weights of the levels inside a tile (the rescale between
 //   tiles is folded into the level weights). The levels longer than a tile combine whole
 //   rows, so each row carries one power-of-two exponent per level (exact integer
-//   arithmetic): the distance weights' product can take any value without overflow, and a
-//   row's sums never fall below the smallest U of the rows that form them. Results are
-//   checked where they are final (live U in [2^kTinyExp, max], finite outputs or
-//   gradients); a block that fails (A spanning ~70 nats inside a tile, |V| near the float
-//   range, NaN or infinity) reruns on the exponent path, from a staged dense copy.
+//   arithmetic), moved when an upper bound on the row's sums would pass 2^kRowBits: the
+//   distance weights' product can take any value without overflow. Results are checked
+//   where they are final (live U in [2^kTinyExp, max], finite outputs or gradients), and a
+//   row factor may not flush a row that could still carry a normal number; a block that
+//   fails (A spanning ~70 nats inside a tile, one level's weight beyond about e^+-50 next
+//   to a much smaller row, |V| >= 2^64 in float, NaN or infinity) reruns on the exponent
+//   path, from a staged dense copy.
 // * Exponent path (fallback, always exact): every running sum is a mantissa pair (h = E V,
 //   u = E) with one shared power-of-two exponent per position and channel; adding two terms
 //   rescales the smaller by 2^-(gap) with exponent arithmetic, so neither exp(A) nor products
@@ -75,10 +77,10 @@ struct AIBFastLayout {
   bool backward;
   // Offsets in vectors (one vector = one position of one channel block) into block scratch:
   // state [2][Lp], carries, column chunk, backward tile area and adjoint carries, the tile
-  // scales [R], the rows' power-of-two exponents [R] while the column factors are formed,
-  // and the column levels' per-row factors [nh][R] for the row itself (rowa) and for the
-  // row it absorbs (rowb).
-  int64_t state, carry, chunk, tile, rcarry, scales, rowe, rowa, rowb, total;
+  // scales [R], the tiles' smallest E (log2, or a floor where a position is padded) [R], the
+  // rows' power-of-two exponents [R] while the column factors are formed, and the column
+  // levels' per-row factors [nh][R] for the row itself (rowa) and the row it absorbs (rowb).
+  int64_t state, carry, chunk, tile, rcarry, scales, rowmin, rowe, rowa, rowb, total;
 };
 
 /// Positions per tile are 2^kAIBFastTileBits (at most).
@@ -105,7 +107,8 @@ inline AIBFastLayout aib_fast_layout(int64_t L, int64_t K, bool backward) {
   f.tile = f.chunk + per_col * f.C;
   f.rcarry = f.tile + (backward ? 2 * (f.m + 1) * f.T : 0);
   f.scales = f.rcarry + (backward ? 4 * f.T : 0);
-  f.rowe = f.scales + f.R;
+  f.rowmin = f.scales + f.R;
+  f.rowe = f.rowmin + f.R;
   f.rowa = f.rowe + f.R;
   f.rowb = f.rowa + f.nh * f.R;
   f.total = f.rowb + f.nh * f.R;

@@ -540,14 +540,22 @@ template <typename T>
 void phase1_tile(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay, int64_t t) {
   const int64_t t0 = t * lay.T;
   const V<T> none = splat<T>(kNoScale<T>);
-  V<T> mx[aib_group_blocks()];
-  for (int64_t k = 0; k < n; ++k) mx[k] = none;
+  V<T> mx[aib_group_blocks()], mn[aib_group_blocks()];
+  for (int64_t k = 0; k < n; ++k) {
+    mx[k] = none;
+    mn[k] = splat<T>(std::numeric_limits<T>::max());
+  }
   const FastBlock<T>& b0 = runs[0].b;  // the mask and L are the item's
+  bool padded = false;
   for (int64_t q = t0; q < std::min(b0.L, t0 + lay.T); ++q) {
-    if (b0.mask && !b0.mask[q]) continue;
+    if (b0.mask && !b0.mask[q]) {
+      padded = true;
+      continue;
+    }
     for (int64_t k = 0; k < n; ++k) {
       const V<T> x = get(runs[k].b.a, q);
       mx[k] = x > mx[k] ? x : mx[k];
+      mn[k] = x < mn[k] ? x : mn[k];
     }
   }
   // c = running max of A + this tile's shift: every E so far, rescaled to this tile, is at
@@ -558,6 +566,11 @@ void phase1_tile(FastRun<T>* runs, int64_t n, const AIBFastLayout& lay, int64_t 
     FastRun<T>& r = runs[k];
     r.runmax = mx[k] > r.runmax ? mx[k] : r.runmax;
     c[k] = (r.base + lay.scales)[t] = r.runmax + shift_upto(r.f, qmax, lay.m);
+    // Every sum of the tile holds its position's own E >= exp(min A - c): a lower bound on
+    // the row's values at every column that counts (log2), unless a position is padded.
+    const V<T> floor = splat<T>(T(-16777216));
+    const V<T> low = (mn[k] - c[k]) * T(1.4426950408889634);
+    (r.base + lay.rowmin)[t] = padded ? floor : (low < floor ? floor : low);
   }
   V<T>* h[aib_group_blocks()] = {};
   for (int64_t k = 0; k < n; ++k) h[k] = runs[k].base + lay.state + t0;
@@ -612,6 +625,7 @@ void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
   // rowa of the last level is written last: until then it holds each row's bound.
   V<T>* bound = ra + (lay.nh - 1) * lay.R;
   const V<T> floor = splat<T>(T(-16777216));
+  V<T>* lower = run.base + lay.rowmin;  // log2 of the smallest value, updated per level
   const FastBlock<T>& b = run.b;
   for (int64_t r = 0; r < lay.R; ++r) {
     e[r] = I<T>{};
@@ -647,10 +661,18 @@ void column_factors(FastRun<T>& run, const AIBFastLayout& lay) {
       // below the smallest normal number (then under 2^-26 of any U that passes the final
       // check), else that row may still count where the other is small or 0 (padding), and
       // the block takes the exponent path.
+      // ... or where, at some column, what it could carry is within 2^-24 of the least the
+      // other row holds there (each row's smallest value is known where nothing is padded).
       const V<T> enf = __builtin_convertvector(en, V<T>), normal = splat<T>(T(-kNormalExp<T>));
-      const I<T> lost = ((ea < isplat<T>(-kMinFactorExp<T>)) & (bound[r] - enf > normal)) |
-                        ((eb < isplat<T>(-kMinFactorExp<T>)) & (src - enf > normal));
+      const V<T> kf = __builtin_convertvector(k, V<T>);
+      const V<T> src_low = lower[r - rs] + kf - T(0.5);  // log2 wm > -0.5
+      const I<T> lost = ((ea < isplat<T>(-kMinFactorExp<T>)) & (bound[r] - enf > normal) &
+                         (bound[r] > src_low - T(24))) |
+                        ((eb < isplat<T>(-kMinFactorExp<T>)) & (src - enf > normal) &
+                         (src > lower[r] - T(24)));
       run.bad |= lost;
+      const V<T> low = lower[r] > src_low ? lower[r] : src_low;
+      lower[r] = low < floor ? floor : low;
       const V<T> a = pow2_clamped<T>(ea);
       const V<T> w = wm * pow2_clamped<T>(eb);
       e[r] = en;

@@ -40,7 +40,8 @@
 //
 // Exactness. Every valid position is checked where its result is final: U >= 2^-100 (2^-900
 // in float64), H, U and the gradients finite, |c_r| < 2^24. A channel group whose check fails
-// (A spanning ~110 nats within 2T positions, |V| >= 2^64, non-finite inputs) is
+// (A spanning ~70 nats within 2T positions, one level's weight beyond about e^+-50 next to
+// a much smaller row, |V| >= 2^64, non-finite inputs) is
 // flagged on the device, and an exact kernel, always launched and idle unless a flag is set,
 // recomputes that group with a maximum per position (the arithmetic of aib_scan_stable:
 // exact for any finite A, NaN where the inputs hold NaN) and counts it (aib_scan_fallbacks).
@@ -147,6 +148,7 @@ struct ScanArgs {
   bool bidirectional;
   acc_t *zh, *zu;    // [B, R T, D] S_lo x (forward), S_hi^T y (backward), logical positions
   acc_t* zc;         // [B, R, D] tile scales (-inf: no valid position in the window)
+  acc_t* zl;         // [B, R, D] log2 of the tile's smallest E (-inf where one is padded)
   acc_t *fa, *fb;    // [B, nh, R, D] column factors
   scalar_t* o;       // [B, L, D] forward output
   scalar_t *grad_a, *grad_v;
@@ -314,26 +316,41 @@ __device__ void load_window(const ScanArgs<scalar_t, acc_t>& s, const TilePlace<
 }
 
 // The tile's scale per channel from the raw A window: c = ceil(max A + shift), -inf when the
-// window has no valid position; `red` holds kThreads + CG values. A NaN is left out of the
-// maximum (fmax): it spoils the outputs that hold it, which the checks catch.
+// window has no valid position; `red` holds 2 kThreads + 2 CG values. Also log2 of the
+// smallest E of the tile's own positions (each sum of the tile holds its position's own E,
+// so no value that counts is smaller), -inf where one of them is padded. A NaN is left out
+// of both (fmax, fmin): it spoils the outputs that hold it, which the checks catch.
 template <typename C, typename scalar_t, typename acc_t>
 __device__ acc_t tile_scale(const ScanArgs<scalar_t, acc_t>& s, const TilePlace<C::CG>& p,
-                            const acc_t* ra, acc_t* red) {
-  acc_t mx = neg_inf<acc_t>();
-  for (int i = p.lane; i < p.n; i += C::kLanes) mx = fmax(mx, ra[i * C::CG + p.seq]);
+                            const acc_t* ra, acc_t* red, acc_t* lowest) {
+  acc_t mx = neg_inf<acc_t>(), mn = static_cast<acc_t>(INFINITY);
+  for (int i = p.lane; i < p.n; i += C::kLanes) {
+    const acc_t x = ra[i * C::CG + p.seq];
+    mx = fmax(mx, x);
+    if (i >= s.T && p.r * s.T + (i - s.T) < s.L) mn = fmin(mn, x);
+  }
   red[threadIdx.x] = mx;
+  red[kThreads + threadIdx.x] = mn;
   __syncthreads();
   if (threadIdx.x < C::CG) {
-    acc_t top = neg_inf<acc_t>();
-    for (int l = 0; l < C::kLanes; ++l) top = fmax(top, red[l * C::CG + threadIdx.x]);
+    acc_t top = neg_inf<acc_t>(), bottom = static_cast<acc_t>(INFINITY);
+    for (int l = 0; l < C::kLanes; ++l) {
+      top = fmax(top, red[l * C::CG + threadIdx.x]);
+      bottom = fmin(bottom, red[kThreads + l * C::CG + threadIdx.x]);
+    }
     acc_t c = neg_inf<acc_t>();
     const int64_t ch = int64_t(blockIdx.y) * C::CG + threadIdx.x;
     if (top != neg_inf<acc_t>() && ch < s.D)
       c = static_cast<acc_t>(ceil(double(top) + tile_shift(s, ch, kRowBits<acc_t>, nullptr)));
-    red[kThreads + threadIdx.x] = c;
+    red[2 * kThreads + threadIdx.x] = c;
+    red[2 * kThreads + C::CG + threadIdx.x] =
+        (bottom == neg_inf<acc_t>() || c == neg_inf<acc_t>())
+            ? neg_inf<acc_t>()
+            : static_cast<acc_t>((double(bottom) - double(c)) * 1.4426950408889634);
   }
   __syncthreads();
-  return red[kThreads + p.seq];
+  *lowest = red[2 * kThreads + C::CG + p.seq];
+  return red[2 * kThreads + p.seq];
 }
 
 // x = (E V, E) with E = exp(A - c) in place over the raw window; 0 where padded or when the
@@ -359,12 +376,14 @@ __global__ void __launch_bounds__(kThreads) tile_forward(ScanArgs<scalar_t, acc_
   acc_t* su = sh + p.n * C::CG;
   acc_t* red = su + p.n * C::CG;
   load_window<C>(s, p, sh, su);
-  const acc_t c = tile_scale<C>(s, p, sh, red);
+  acc_t lowest = 0;
+  const acc_t c = tile_scale<C>(s, p, sh, red, &lowest);
   window_x<C>(p, sh, su, c);
   low_levels<C>(s, p, sh, su, s.m);
   if (!p.active) return;
   if (p.lane == 0) {
     s.zc[(p.b * s.R + p.r) * s.D + p.c] = c;
+    s.zl[(p.b * s.R + p.r) * s.D + p.c] = lowest;
     if (c != neg_inf<acc_t>() && !(fabs(double(c)) < kMaxScale)) flag_group(s, p.b, blockIdx.y);
   }
   const int64_t base = p.r * s.T - s.T;
@@ -388,13 +407,14 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
   const int64_t b = idx / s.D, c = idx % s.D;
   constexpr double log2e = 1.4426950408889634;
   int e[1 << RB];
-  double bound[1 << RB];
+  double bound[1 << RB], lower[1 << RB];
   double beta0 = 0;
   tile_shift(s, c, kRowBits<acc_t>, &beta0);
   auto scale = [&](int r) { return double(s.zc[(b * s.R + r) * s.D + c]); };
   for (int r = 0; r < s.R; ++r) {
     e[r] = 0;
     bound[r] = scale(r) == -INFINITY ? -INFINITY : beta0;
+    lower[r] = s.zl[(b * s.R + r) * s.D + c];
   }
   for (int i = 0; i < s.nh; ++i) {
     const int rs = 1 << i;
@@ -422,6 +442,7 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
         wm = t;  // NaN weight: NaN sums, caught by the checks
       }
       const double src = bound[r - rs] + k + log2(wm);
+      const double src_low = lower[r - rs] + k + log2(wm);
       const double top = fmax(bound[r], src), low = fmin(bound[r], src);
       const double next = top == -INFINITY ? top : top + log2(1.0 + exp2(low - top));
       // The exponent moves only when the bound would pass 2^kRowBits (as on the CPU).
@@ -430,10 +451,12 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
       const int eb = e[r - rs] + k;
       // A factor below the normal range flushes a row: harmless if all it could carry is
       // below the smallest normal number (then under 2^-26 of any U that passes the final
-      // check), else that row may still count where the other is small or 0 (padding), and
-      // the group takes the exact kernel.
-      if ((e[r] - en < -kMinFactorExp<acc_t> && bound[r] - en > -kNormalExp<acc_t>) ||
-          (eb - en < -kMinFactorExp<acc_t> && src - en > -kNormalExp<acc_t>))
+      // check), or below 2^-24 of the least the other row holds at every column (known where
+      // nothing is padded); else the group takes the exact kernel.
+      if ((e[r] - en < -kMinFactorExp<acc_t> && bound[r] - en > -kNormalExp<acc_t> &&
+           bound[r] > src_low - 24) ||
+          (eb - en < -kMinFactorExp<acc_t> && src - en > -kNormalExp<acc_t> &&
+           src > lower[r] - 24))
         flag_group(s, b, static_cast<int>(c / CG));
       const double fa = bound[r] == -INFINITY ? 0.0 : ldexp(1.0, max(e[r] - en, -1100));
       const double fb = bound[r - rs] == -INFINITY ? 0.0 : wm * ldexp(1.0, max(eb - en, -1100));
@@ -441,6 +464,7 @@ __global__ void __launch_bounds__(kThreads) row_factors(ScanArgs<scalar_t, acc_t
       s.fb[row0 + r * s.D] = static_cast<acc_t>(fb);
       e[r] = en;
       bound[r] = next;
+      lower[r] = fmax(lower[r], src_low);
     }
   }
 }
@@ -992,7 +1016,7 @@ struct Plan {
   Shape sh;
   ColumnLayout col;
   dim3 tile_grid, col_grid;
-  at::Tensor zh, zu, zc, fa, fb, flags;
+  at::Tensor zh, zu, zc, zl, fa, fb, flags;
   ScanArgs<scalar_t, acc_t> s{};
 
   Plan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& lw, const at::Tensor& mask,
@@ -1006,6 +1030,7 @@ struct Plan {
     zh = at::empty({B, int64_t(sh.R) * sh.T, D}, acc);
     zu = at::empty_like(zh);
     zc = at::empty({B, sh.R, D}, acc);
+    zl = at::empty_like(zc);
     fa = at::empty({B, std::max(sh.nh, 1), sh.R, D}, acc);
     fb = at::empty_like(fa);
     flags = at::zeros({B, groups}, a.options().dtype(at::kInt));
@@ -1027,6 +1052,7 @@ struct Plan {
     s.zh = zh.data_ptr<acc_t>();
     s.zu = zu.data_ptr<acc_t>();
     s.zc = zc.data_ptr<acc_t>();
+    s.zl = zl.data_ptr<acc_t>();
     s.fa = fa.data_ptr<acc_t>();
     s.fb = fb.data_ptr<acc_t>();
     s.flags = flags.data_ptr<int>();
@@ -1035,7 +1061,7 @@ struct Plan {
   size_t tile_smem(bool backward) const {
     const size_t per = size_t(2 * sh.T) * C::CG * sizeof(acc_t);
     return backward ? 6 * per + kThreads * sizeof(double)
-                    : 2 * per + (kThreads + C::CG) * sizeof(acc_t);
+                    : 2 * per + 2 * (kThreads + C::CG) * sizeof(acc_t);
   }
 
   size_t column_smem(bool backward) const {
