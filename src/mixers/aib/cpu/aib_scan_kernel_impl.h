@@ -806,22 +806,28 @@ void backward_chunk(FastRun<T>& run, const AIBFastLayout& lay, int64_t c0) {
       const V<T> fa = ra[i * R + r];
       const V<T> fn = r + rs < R ? rb[i * R + r + rs] : V<T>{};
       V<T> row{};  // this row's gradient terms, times its factor once
-      const bool plain = unit<T>(fa);
-      for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
-        if (r >= rs) row += ah[k] * x[k - d] + au[k] * x[n + k - d];
-        if (plain) {
-          if (r + rs < R) {
-            ah[k] += fn * ah[k + d];
-            au[k] += fn * au[k + d];
+      // One loop per case, so the common one (rowa = 1) stays a single multiply-add.
+      auto sweep = [&](auto plain) {
+        for (int64_t k = r * nc; k < (r + 1) * nc; ++k) {
+          if (r >= rs) row += ah[k] * x[k - d] + au[k] * x[n + k - d];
+          if constexpr (decltype(plain)::value) {
+            if (r + rs < R) {
+              ah[k] += fn * ah[k + d];
+              au[k] += fn * au[k + d];
+            }
+          } else if (r + rs < R) {
+            ah[k] = fa * ah[k] + fn * ah[k + d];
+            au[k] = fa * au[k] + fn * au[k + d];
+          } else {
+            ah[k] *= fa;
+            au[k] *= fa;
           }
-        } else if (r + rs < R) {
-          ah[k] = fa * ah[k] + fn * ah[k + d];
-          au[k] = fa * au[k] + fn * au[k + d];
-        } else {
-          ah[k] *= fa;
-          au[k] *= fa;
         }
-      }
+      };
+      if (unit<T>(fa))
+        sweep(std::true_type{});
+      else
+        sweep(std::false_type{});
       if (r >= rs) part += row * rb[i * R + r];
     }
     run.gacc[lay.m + i] += __builtin_convertvector(part, VD<T>);
