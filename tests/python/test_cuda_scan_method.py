@@ -10,10 +10,14 @@ tests/gpu/check_ops.py), with tiles and chunks small enough to give many of them
   exponents per high level, the next tile's adjoints brought to this tile's scale), held
   against a float64 log-space oracle where the distance weights' products are far beyond
   float32's range;
-- ces_scan (src/mixers/ces/cuda/ces_scan_cuda.cu): chunk summaries, incoming states carried
-  with ds/dmu, the swapped parts for the input gradient, and the parameter gradients' sums.
+- ces_scan (src/mixers/ces/cuda/ces_scan_cuda.cu): one pass per part with a decoupled
+  look-back (each chunk's incoming state folded from its predecessors' aggregates, whatever
+  depth the look-back reaches), the carries pass of the bidirectional form's backward part,
+  the backward as one scan of dy weighted by x (dx, sum x r, sum x dr/dmu), and the
+  parameter gradients' sums.
 """
 import math
+import random
 
 import pytest
 import torch
@@ -426,86 +430,148 @@ def test_the_unscaled_arithmetic_overflows_on_the_same_inputs():
 
 
 # ---- The CUDA CES scan (src/mixers/ces/cuda/ces_scan_cuda.cu) ----
+# The method of the kernels (a single pass with a decoupled look-back) in float64 PyTorch,
+# with chunks small enough to give many of them.
 
 def cmul(a, b):
     return torch.stack([a[..., 0] * b[..., 0] - a[..., 1] * b[..., 1],
                         a[..., 0] * b[..., 1] + a[..., 1] * b[..., 0]], -1)
 
 
-def cpow(mu, n):
-    r = torch.zeros_like(mu)
-    r[..., 0] = 1
-    for _ in range(n):
-        r = cmul(r, mu)
-    return r
+def cstep(m, s, x):
+    """mu s + x (x real [..], s complex [.., 2])."""
+    return cmul(m, s) + torch.stack([x, torch.zeros_like(x)], -1)
 
 
-def ces_parts(H, swapped):
-    """The kernels' parts: (parameter row offset, from the right, at lag 1)."""
-    return [(0, swapped, False), (H, not swapped, True)]
+def step_pow(m, n):
+    """(mu^n, n mu^(n-1)) by squaring the dual number (mu, 1)."""
+    one = torch.zeros_like(m)
+    one[..., 0] = 1
+    r, rd = one.clone(), torch.zeros_like(m)
+    b, bd = m.clone(), one.clone()
+    while n > 0:
+        if n & 1:
+            r, rd = cmul(r, b), cmul(rd, b) + cmul(r, bd)
+        b, bd = cmul(b, b), 2 * cmul(b, bd)
+        n >>= 1
+    return r, rd
 
 
-def ces_chunked(inp, mu, c, mask, bidirectional, swapped, chunk, g=None):
-    """The three launches of one scan: chunk summaries from a zero state, incoming states
-    walked over the chunks (with ds carried as the kernels do), each chunk again. Returns
-    the values (g None), or per-row sums (g s, g ds) for the parameter gradients."""
+def fold(x, a, st):
+    """A segment that left a = (e, e') following one that left x = (s, s')."""
+    p, dp = st
+    return (cmul(p, x[0]) + a[0], cmul(p, x[1]) + cmul(dp, x[0]) + a[1])
+
+
+def ces_single_pass(inp, w, mu, c, mask, bidirectional, main_reverse, seg, warps, rng):
+    """One call: [the carries pass of the backward part], then the pass. Chunks are
+    T = warps seg positions [k T, k T + T); the main part (rows 0 .. H-1, inclusive) runs
+    with main_reverse, the bidirectional backward part (rows H .. 2H-1, lag 1) the other way
+    from the carries pass's incoming states. `rng` picks, per chunk, how far its look-back
+    goes before it meets an inclusive value (the result must not depend on it). w None:
+    returns the outputs; else (outputs, per-row sums u r, u q [C, 4])."""
     B, L, H = inp.shape
-    x = inp if mask is None else inp * mask.unsqueeze(-1)
-    gv = None if g is None else (g if mask is None else g * mask.unsqueeze(-1))
-    chunks = -(-L // chunk)
-    parts = ces_parts(H, swapped)[:2 if bidirectional else 1]
-    out = torch.zeros(B, L, H, dtype=inp.dtype)
-    sums = torch.zeros(len(parts) * H, 4, dtype=inp.dtype)
-    for p, (row, reverse, exclusive) in enumerate(parts):
+    T = warps * seg
+    K = -(-L // T)
+    v = torch.ones(B, L, dtype=inp.dtype) if mask is None else mask
+    xin = inp * v.unsqueeze(-1)
+    win = None if w is None else w * v.unsqueeze(-1)
+    zero = torch.zeros(B, H, 2, dtype=inp.dtype)
+
+    def positions(k, reverse):
+        # scan order within chunk k; None past L (zero input, no output)
+        idx = [k * T + (T - 1 - i if reverse else i) for i in range(T)]
+        return [t if t < L else None for t in idx]
+
+    def seg_results(m, pos):
+        res = []
+        for wi in range(warps):
+            s, d = zero, zero
+            for t in pos[wi * seg:(wi + 1) * seg]:
+                x = xin[:, t] if t is not None else torch.zeros(B, H, dtype=inp.dtype)
+                s, d = cstep(m, s, x), cmul(m, d) + s
+            res.append((s, d))
+        return res
+
+    def look_back_pass(row, reverse):
+        """Per chunk (in positions): its incoming state, through a decoupled look-back."""
         m = mu[row:row + H]
-        cc = c[row:row + H]
+        sp, sT = step_pow(m, seg), step_pow(m, T)
+        agg, incl, incoming = {}, {}, {}
+        for kscan in range(K):  # tickets in order
+            k = K - 1 - kscan if reverse else kscan
+            res = seg_results(m, positions(k, reverse))
+            total = res[0]
+            for e in res[1:]:
+                total = fold(total, e, sp)
+            agg[kscan] = total
+            excl = (zero, zero)
+            if kscan > 0:
+                j = rng.randint(0, kscan - 1)  # the nearest inclusive value it happened to see
+                excl = incl[j]
+                for i in range(j + 1, kscan):
+                    excl = fold(excl, agg[i], sT)
+            incl[kscan] = fold(excl, total, sT)
+            incoming[k] = (excl, res)
+        return incoming, sp
 
-        def order(k):
-            lo, hi = k * chunk, min(L, (k + 1) * chunk)
-            return list(range(hi - 1, lo - 1, -1)) if reverse else list(range(lo, hi))
-
-        summary = []
-        for k in range(chunks):  # (1)
-            st = torch.zeros(B, H, 2, dtype=inp.dtype)
-            dst = torch.zeros_like(st)
-            for t in order(k):
-                dst = cmul(m, dst) + st
-                st = cmul(m, st) + torch.stack([x[:, t], torch.zeros_like(x[:, t])], -1)
-            summary.append((st, dst))
-        incoming = [None] * chunks
-        st = torch.zeros(B, H, 2, dtype=inp.dtype)
-        dst = torch.zeros_like(st)
-        for i in range(chunks):  # (2)
-            k = chunks - 1 - i if reverse else i
-            incoming[k] = (st, dst)
-            n = len(order(k))
-            mun = cpow(m, n)
-            dst = cmul(mun, dst) + n * cmul(cpow(m, n - 1), st) + summary[k][1]
-            st = cmul(mun, st) + summary[k][0]
-        for k in range(chunks):  # (3)
-            st, dst = incoming[k]
-            for t in order(k):
-                before, dbefore = st, dst
-                dst = cmul(m, dst) + st
-                st = cmul(m, st) + torch.stack([x[:, t], torch.zeros_like(x[:, t])], -1)
-                use, duse = (before, dbefore) if exclusive else (st, dst)
-                if g is None:
-                    out[:, t] += cmul(cc.expand_as(use), use)[..., 0]
-                else:
-                    w = gv[:, t].unsqueeze(-1)
-                    sums[row:row + H, 0:2] += (w * use).sum(0)
-                    sums[row:row + H, 2:4] += (w * duse).sum(0)
-    if g is not None:
-        return sums
-    return out if mask is None else out * mask.unsqueeze(-1)
+    out = torch.zeros(B, L, H, dtype=inp.dtype)
+    sums = torch.zeros((2 if bidirectional else 1) * H, 4, dtype=inp.dtype)
+    main, sp = look_back_pass(0, main_reverse)
+    if bidirectional:
+        sec, sp2 = look_back_pass(H, not main_reverse)
+    for k in range(K):
+        pos = positions(k, main_reverse)
+        excl, res = main[k]
+        # each segment's incoming state, in the main order
+        ins, st = [], excl
+        for e in res:
+            ins.append(st)
+            st = fold(st, e, sp)
+        y2 = {}
+        if bidirectional:  # the backward part at lag 1, against the main order
+            m2, c2 = mu[H:], c[H:]
+            res2 = seg_results(m2, list(reversed(pos)))  # its own order: warps reversed
+            st = sec[k][0]
+            ins2 = [None] * warps
+            for wi in range(warps - 1, -1, -1):
+                ins2[wi] = st
+                st = fold(st, res2[warps - 1 - wi], sp2)
+            for wi in range(warps):
+                s, d = ins2[wi]
+                for t in reversed(pos[wi * seg:(wi + 1) * seg]):
+                    x = xin[:, t] if t is not None else torch.zeros(B, H, dtype=inp.dtype)
+                    if t is not None:
+                        y2[t] = cmul(c2.expand_as(s), s)[..., 0]
+                        if w is not None:
+                            u = win[:, t].unsqueeze(-1)
+                            sums[H:, 0:2] += (u * s).sum(0)
+                            sums[H:, 2:4] += (u * d).sum(0)
+                    s, d = cstep(m2, s, x), cmul(m2, d) + s
+        m, cc = mu[:H], c[:H]
+        for wi in range(warps):
+            s, d = ins[wi]
+            for t in pos[wi * seg:(wi + 1) * seg]:
+                x = xin[:, t] if t is not None else torch.zeros(B, H, dtype=inp.dtype)
+                s, d = cstep(m, s, x), cmul(m, d) + s
+                if t is None:
+                    continue
+                y = cmul(cc.expand_as(s), s)[..., 0] + y2.get(t, 0)
+                out[:, t] = y * v[:, t].unsqueeze(-1)
+                if w is not None:
+                    u = win[:, t].unsqueeze(-1)
+                    sums[:H, 0:2] += (u * s).sum(0)
+                    sums[:H, 2:4] += (u * d).sum(0)
+    return out if w is None else (out, sums)
 
 
 @pytest.mark.parametrize("direction", ["causal", "bidirectional"])
-@pytest.mark.parametrize("L,chunk", [(1, 4), (7, 4), (16, 4), (23, 5)])
+@pytest.mark.parametrize("L,seg,warps", [(1, 2, 2), (7, 2, 2), (16, 2, 2), (23, 2, 3),
+                                         (29, 3, 2)])
 @pytest.mark.parametrize("masked", [False, True])
-def test_ces_chunked_scan_and_its_gradients(direction, L, chunk, masked):
+def test_ces_single_pass_scan_and_its_gradients(direction, L, seg, warps, masked):
     from seqmix import _layers, _torch_ops
-    torch.manual_seed(L + chunk)
+    torch.manual_seed(L + seg)
     B, H = 2, 3
     C = 2 * H if direction == "bidirectional" else H
     _, mu, c = _layers.ces_coefficients(torch.randn(C, 2, dtype=torch.float64),
@@ -519,17 +585,18 @@ def test_ces_chunked_scan_and_its_gradients(direction, L, chunk, masked):
     (ref * g).sum().backward()
     bidir = direction == "bidirectional"
     fmask = None if mask is None else mask.to(torch.float64)
-    y = ces_chunked(x.detach(), mu.detach(), c.detach(), fmask, bidir, False, chunk)
-    torch.testing.assert_close(y, ref.detach(), rtol=1e-10, atol=1e-10)
-    # dL/dx: the swapped parts applied to g.
-    gx = ces_chunked(g, mu.detach(), c.detach(), fmask, bidir, True, chunk)
-    if fmask is not None:
-        gx = gx * fmask.unsqueeze(-1)
-    torch.testing.assert_close(gx, x.grad, rtol=1e-10, atol=1e-10)
-    # dL/dc = (Re, -Im) sum g s;  dL/dmu = (Re, -Im) c sum g ds.
-    sums = ces_chunked(x.detach(), mu.detach(), c.detach(), fmask, bidir, False, chunk, g)
-    gc = torch.stack([sums[:, 0], -sums[:, 1]], 1)
-    prod = cmul(c.detach(), sums[:, 2:4])
-    gmu = torch.stack([prod[:, 0], -prod[:, 1]], 1)
-    torch.testing.assert_close(gc, c.grad, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(gmu, mu.grad, rtol=1e-9, atol=1e-9)
+    for seed in range(3):  # the look-back's depth must not matter
+        rng = random.Random(seed)
+        y = ces_single_pass(x.detach(), None, mu.detach(), c.detach(), fmask, bidir, False,
+                            seg, warps, rng)
+        torch.testing.assert_close(y, ref.detach(), rtol=1e-10, atol=1e-10)
+        # The backward: (r, dr/dmu) over g against the forward's direction, weighted by x.
+        gx, sums = ces_single_pass(g, x.detach(), mu.detach(), c.detach(), fmask, bidir, True,
+                                   seg, warps, rng)
+        torch.testing.assert_close(gx, x.grad, rtol=1e-10, atol=1e-10)
+        # dL/dc = (Re, -Im) sum u r;  dL/dmu = (Re, -Im) c sum u q.
+        gc = torch.stack([sums[:, 0], -sums[:, 1]], 1)
+        prod = cmul(c.detach(), sums[:, 2:4])
+        gmu = torch.stack([prod[:, 0], -prod[:, 1]], 1)
+        torch.testing.assert_close(gc, c.grad, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(gmu, mu.grad, rtol=1e-9, atol=1e-9)
