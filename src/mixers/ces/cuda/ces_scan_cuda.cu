@@ -81,9 +81,8 @@
 // a few microseconds. (ptxas, sm_90: the causal float32 kernels spill 24-32 B per thread at
 // those register budgets.) Expected: each pass at 70-85% of the copy rate, fwd+bwd at
 // L = 16K about 0.19-0.23 ms against a 0.158 ms floor at 4.25 TB/s, 64K about 0.75-0.90
-// ms against 0.63. These are estimates from the byte counts and occupancy: the kernels have
-// not been run on a GPU, so every number here is unmeasured until scripts/gpu-check.sh runs
-// them on one (docs/CUDA.md).
+// ms against 0.63. These are estimates from the byte counts and occupancy, not measurements;
+// scripts/gpu-check.sh measures them (docs/CUDA.md).
 //
 // Arithmetic: float32 for float32 and bfloat16 x (bfloat16 read and written as such, each
 // output rounded once), float64 for float64 x; segment and chunk compositions and the
