@@ -179,13 +179,15 @@ __device__ __forceinline__ void flag_group(const Args& s, int64_t b, int group) 
   s.flags[b * s.groups + group] = 1;  // benign race: every writer stores 1
 }
 
-// One level with a uniform weight per thread on n positions of each of the block's
-// sequences, in place in shared memory (element i of sequence q at [i * nseq + q]), for both
-// buffers: x[i] += w x[i - s] (forward) or x[i] += w x[i + s] (transposed). Each thread owns
-// positions lane, lane + nlanes, ... of sequence `seq`; all threads of the block must call it.
-template <int kPer, typename acc_t>
-__device__ void level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nlanes, int n,
-                      int s, acc_t w, bool transposed) {
+// One level on n positions of each of the block's sequences, in place in shared memory
+// (element i of sequence q at [i * nseq + q]), for both buffers:
+// x'[i] = a x[i] + b x[i - s] (forward) or x'[i] = a x[i] + b x[i + s] (transposed), with
+// (a, b) = factors(i, src). Each thread owns positions lane, lane + nlanes, ... of sequence
+// `seq`; every thread reads, the block synchronises, then every thread writes, so all threads
+// of the block must call it.
+template <int kPer, typename acc_t, typename Factors>
+__device__ void apply_level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nlanes,
+                            int n, int s, bool transposed, Factors factors) {
   acc_t n1[kPer], n2[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -193,38 +195,8 @@ __device__ void level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nla
     if (i < n) {
       const int src = transposed ? i + s : i - s;
       const bool in = src >= 0 && src < n;
-      n1[k] = x1[i * nseq + seq] + (in ? w * x1[src * nseq + seq] : acc_t(0));
-      n2[k] = x2[i * nseq + seq] + (in ? w * x2[src * nseq + seq] : acc_t(0));
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = lane + k * nlanes;
-    if (i < n) {
-      x1[i * nseq + seq] = n1[k];
-      x2[i * nseq + seq] = n2[k];
-    }
-  }
-  __syncthreads();
-}
-
-// One high level on the rows of the block's sequences with per-row factors (fa, fb at
-// [r * CG + channel] of the level's shared-memory table): x'_r = fa_r x_r + fb_r x_{r - s}
-// (forward) or its transpose x'_r = fa_r x_r + fb_{r + s} x_{r + s}.
-template <int kPer, int CG, typename acc_t>
-__device__ void row_level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nlanes, int n,
-                          int s, const acc_t* fa, const acc_t* fb, bool transposed) {
-  const int ch = seq % CG;
-  acc_t n1[kPer], n2[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = lane + k * nlanes;
-    if (i < n) {
-      const int src = transposed ? i + s : i - s;
-      const bool in = src >= 0 && src < n;
-      const acc_t a = fa[i * CG + ch];
-      const acc_t b = in ? fb[(transposed ? src : i) * CG + ch] : acc_t(0);
+      acc_t a, b;
+      factors(i, src, in, a, b);
       n1[k] = a * x1[i * nseq + seq] + (in ? b * x1[src * nseq + seq] : acc_t(0));
       n2[k] = a * x2[i * nseq + seq] + (in ? b * x2[src * nseq + seq] : acc_t(0));
     }
@@ -239,6 +211,31 @@ __device__ void row_level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int
     }
   }
   __syncthreads();
+}
+
+// A low level: the thread's uniform weight w, x[i] += w x[i -+ s].
+template <int kPer, typename acc_t>
+__device__ void level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nlanes, int n,
+                      int s, acc_t w, bool transposed) {
+  apply_level<kPer>(x1, x2, nseq, seq, lane, nlanes, n, s, transposed,
+                    [w](int, int, bool, acc_t& a, acc_t& b) {
+                      a = 1;
+                      b = w;
+                    });
+}
+
+// A high level on the rows of the block's sequences with per-row factors (fa, fb at
+// [r * CG + channel] of the level's shared-memory table): x'_r = fa_r x_r + fb_r x_{r - s}
+// (forward) or its transpose x'_r = fa_r x_r + fb_{r + s} x_{r + s}.
+template <int kPer, int CG, typename acc_t>
+__device__ void row_level(acc_t* x1, acc_t* x2, int nseq, int seq, int lane, int nlanes, int n,
+                          int s, const acc_t* fa, const acc_t* fb, bool transposed) {
+  const int ch = seq % CG;
+  apply_level<kPer>(x1, x2, nseq, seq, lane, nlanes, n, s, transposed,
+                    [=](int i, int src, bool in, acc_t& a, acc_t& b) {
+                      a = fa[i * CG + ch];
+                      b = in ? fb[(transposed ? src : i) * CG + ch] : acc_t(0);
+                    });
 }
 
 template <typename acc_t>
