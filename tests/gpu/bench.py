@@ -27,27 +27,52 @@ Sections, in this order (a case that does not fit in --budget seconds is skipped
 4. Whole-model training steps (forward, backward, AdamW; bf16 autocast; batch 4; d_model
    256, 4 layers, 4 heads, d_ff 1024) of Weird-Net, Weird-Net-A and the Transformer at
    L = 4K and 16K: tokens/s of seqmix's modules against the same models written by a user in
-   PyTorch (tests/gpu/models.py's UserOps: Algorithm 1, attention by SDPA), compiled.
+   PyTorch (tests/gpu/models.py's UserOps: Algorithm 1, attention by SDPA), compiled, and the
+   same eager. Each side alone: its model built, warmed up, then gc.collect,
+   torch.cuda.empty_cache and reset_peak_memory_stats, then its timed steps, whose
+   torch.cuda.max_memory_allocated is its peak (GiB; none on the CPU); then one step under
+   torch.profiler: the CUDA kernels it launches (device events less memcpy / memset), and for
+   the eager sides the kernels of each block's forward + backward (record_function ranges
+   around the blocks, backward nodes matched by autograd sequence number). The dry run counts
+   operators instead ("kernel_count_source" says which).
+5. Generation: incremental greedy decoding, bf16 autocast, at contexts 1K, 4K, 16K, batch 1
+   then 4 (d_model 256, 4 layers), of the Transformer, Weird-Net, Weird-Net-A, the ETSMLP LM
+   and (context 1K only: its lag matrices grow as context x D x D) the Extractor's stack:
+   tokens/s of all sequences over 64 new tokens, after a context whose decoding states one
+   forward builds (models.prefill, not timed). seqmix: SequenceModel.step; against
+   transformers' generate of the same model exported to Hugging Face (seqmix.hf's
+   SeqmixForCausalLM, which keeps no cache and re-reads the sequence at each token), timed as
+   generate(65) minus generate(1); and against the Transformer's KV caches: seqmix's own
+   (SelfAttention.step, the Transformer row of the same context and batch) and transformers'
+   GPT-2 of the same sizes. Where transformers is missing, its sides are recorded as not
+   available, with the reason.
 
-Writes DIR/bench.json (everything) and DIR/bench-gpu.jsonl (one record per op, L, dtype and
-pass: the records scripts/bench_gpu_records.py merges into docs/bench-gpu.jsonl), both
-rewritten after every case, and prints the tables. --dry-run runs every section at tiny
-shapes on the CPU through the same code (time.perf_counter instead of CUDA events, the CUDA
-graph replaced by an eager call): the test of this script on machines without a GPU; its
-records say "dry_run": true and are refused by the records script.
+Writes DIR/bench.json (everything) and DIR/bench-gpu.jsonl (the records
+scripts/bench_gpu_records.py merges into docs/bench-gpu.jsonl: "kind" "scan", one per op, L,
+dtype and pass; "train", one per model and L; "generate", one per model, context and batch),
+both rewritten after every case, and prints the tables (under 80 columns). Sections 4 and 5
+run in the budget's order too: a case runs when the longest case of its section so far (or
+the section's first-case estimate) fits, the training rows keeping generate_reserve_s for
+the generation rows' first cases. --dry-run runs every section at tiny shapes on the CPU
+through the same code (time.perf_counter instead of CUDA events, the CUDA graph replaced by
+an eager call): the test of this script on machines without a GPU; its records say
+"dry_run": true and are refused by the records script.
 
 Exit status: 0 when every check passes or is not available in this build, 1 when a check
 fails (its line starts "bench-check:" and says FAIL).
 """
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
+import warnings
 
 import torch
 
@@ -61,16 +86,35 @@ SIZES = {
                 check_model=dict(B=4, L=16384, d_model=256, n_layers=4, n_heads=4, d_ff=1024),
                 graph=dict(B=4, L=4096, D=512),
                 train=dict(B=4, L=(4096, 16384), d_model=256, n_layers=4, n_heads=4, d_ff=1024,
-                           repeats=10),
+                           repeats=10, eager_repeats=3),
+                # Contexts and batches in the order they run (batch 1 first: the budget drops
+                # the last); extractor-transformer only up to 1K: its lag matrices are
+                # max_len x D x D (1 GiB a layer at 4K) and its HF forward FFTs them at every
+                # token.
+                generate=dict(contexts=(1024, 4096, 16384), batches=(1, 4), new_tokens=64,
+                              repeats=3, d_model=256, n_layers=4, n_heads=4, d_ff=1024,
+                              max_context={"extractor-transformer": 1024}),
                 # seconds a section's first case is assumed to take, before one has been timed
-                first_scan_s=30.0, first_train_s=40.0, checks_s=20.0),
+                first_scan_s=30.0, first_train_s=40.0, checks_s=20.0, first_generate_s=15.0,
+                # seconds the training rows leave for the generation rows' first cases
+                generate_reserve_s=20.0),
     "dry": dict(B=2, D=8, scan_L=(32, 128), copy_elems=1024 * 1024,
                 repeats=5, baseline_repeats=3, warmup=1,
                 check_model=dict(B=2, L=64, d_model=32, n_layers=4, n_heads=2, d_ff=64),
                 graph=dict(B=2, L=64, D=8),
-                train=dict(B=2, L=(64,), d_model=32, n_layers=2, n_heads=2, d_ff=64, repeats=2),
-                first_scan_s=0.0, first_train_s=0.0, checks_s=0.0),
+                train=dict(B=2, L=(64,), d_model=32, n_layers=2, n_heads=2, d_ff=64, repeats=2,
+                           eager_repeats=2),
+                generate=dict(contexts=(16, 32), batches=(1, 2), new_tokens=4, repeats=1,
+                              d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                              max_context={"extractor-transformer": 16}),
+                first_scan_s=0.0, first_train_s=0.0, checks_s=0.0, first_generate_s=0.0,
+                generate_reserve_s=0.0),
 }
+
+# The models of the generation rows, in the order they run within one (context, batch): the
+# Transformer first, whose step decoding (a KV cache) the others' records quote.
+GENERATE_PRESETS = ("transformer", "weird-net", "weird-net-a", "etsmlp-lm",
+                    "extractor-transformer")
 
 
 class Clock:
@@ -274,12 +318,12 @@ def scan_rows(device, clock, size, rate, budget, meta, state, compile_backend):
                                           backend=compile_backend)}
     counter = fallback_counter()
     B, D = size["B"], size["D"]
-    print(f"scans: B={B} D={D}, forward and backward timed apart, medians of "
+    say(f"scans: B={B} D={D}, forward and backward timed apart, medians of "
           f"{size['repeats']} runs ({size['baseline_repeats']} for the PyTorch baselines), "
           f"implementations alternated; floor = the bytes each pass must move at the copy "
           f"rate; the baselines' backward = their fwd+bwd minus their fwd; fallbacks = "
-          f"torch.ops.seqmix.aib_scan_fallbacks() after minus before the case"
-          + ("" if counter else " (not available in this build)"), flush=True)
+        f"torch.ops.seqmix.aib_scan_fallbacks() after minus before the case (fb)"
+        + ("" if counter else " (not available in this build)"))
     print(header_line(), flush=True)
     took = {}
     for dtype in (torch.float32, torch.bfloat16):
@@ -334,7 +378,8 @@ def scan_records(op, baseline, arrays, L, B, D, dtype, rate, ms, errors, compile
                 return fwd
             return both - fwd if fwd is not None and both is not None else None
 
-        rec = {"op": op, "L": L, "B": B, "D": D, "dtype": str(dtype).replace("torch.", ""),
+        rec = {"kind": "scan", "op": op, "L": L, "B": B, "D": D,
+               "dtype": str(dtype).replace("torch.", ""),
                "pass": pas, "seqmix_ms": seqmix_ms, "floor_ms": floor_ms,
                "pct_of_floor": 100 * floor_ms / seqmix_ms if seqmix_ms else None,
                "compiled_ms": baseline_ms("compiled"), "eager_ms": baseline_ms("eager"),
@@ -360,17 +405,26 @@ def fmt(x, width, digits):
     return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
 
 
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "forward": "fwd", "backward": "bwd"}
+
+
 def header_line():
-    return (f"{'op':9} {'dtype':8} {'L':>6} {'pass':8} {'seqmix ms':>10} {'floor ms':>9} "
-            f"{'% floor':>8} {'compiled':>9} {'x compiled':>10} {'eager':>9} {'fallbacks':>9}")
+    return (f"{'op':8} {'type':4} {'L':>5} {'pas':3} {'seqmix ms':>9} {'floor ms':>8} "
+            f"{'%floor':>6} {'compiled':>8} {'x comp':>6} {'eager':>8} {'fb':>3}")
 
 
 def record_line(r):
     x = r["compiled_ms"] / r["seqmix_ms"] if r["compiled_ms"] and r["seqmix_ms"] else None
     fb = "-" if r["fallbacks"] is None else str(r["fallbacks"])
-    return (f"{r['op']:9} {r['dtype']:8} {r['L']:6d} {r['pass']:8} {fmt(r['seqmix_ms'], 10, 3)} "
-            f"{fmt(r['floor_ms'], 9, 3)} {fmt(r['pct_of_floor'], 8, 1)} "
-            f"{fmt(r['compiled_ms'], 9, 2)} {fmt(x, 10, 1)} {fmt(r['eager_ms'], 9, 2)} {fb:>9}")
+    return (f"{r['op']:8} {SHORT.get(r['dtype'], r['dtype']):4} {r['L']:5d} "
+            f"{SHORT.get(r['pass'], r['pass']):3} {fmt(r['seqmix_ms'], 9, 3)} "
+            f"{fmt(r['floor_ms'], 8, 3)} {fmt(r['pct_of_floor'], 6, 1)} "
+            f"{fmt(r['compiled_ms'], 8, 2)} {fmt(x, 6, 1)} {fmt(r['eager_ms'], 8, 2)} {fb:>3}")
+
+
+def say(text):
+    """A line of prose, wrapped at 80 columns (the tables are narrower)."""
+    print(textwrap.fill(text, 80, subsequent_indent="  "), flush=True)
 
 
 def train_step_fn(model, opt, tokens, device):
@@ -498,13 +552,142 @@ def report_check(state, name, what, ok, detail, **extra):
     return ok
 
 
-def model_rows(device, clock, size, budget, state, compile_backend, reserve):
-    ours, users = models.seqmix_classes(), models.pytorch_classes()
+def empty_device(clock):
+    """Frees what earlier cases left (cycles, cached blocks) and starts a new peak: after it,
+    torch.cuda.max_memory_allocated counts what is allocated now plus what comes after."""
+    gc.collect()
+    if clock.cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib(clock):
+    """GiB: the most allocated since empty_device; None on the CPU (no allocator peak)."""
+    return torch.cuda.max_memory_allocated() / 2**30 if clock.cuda else None
+
+
+KERNEL_SOURCES = {
+    True: "CUDA kernels in torch.profiler (device events, memcpy and memset left out)",
+    False: "cpu dry run: operators (aten:: and seqmix:: events not inside another one) in "
+           "torch.profiler, not kernels",
+}
+
+
+def count_kernels(step, cuda, blocks=None):
+    """(kernels in one call of step, [kernels of block i's forward + backward] or None):
+    torch.profiler over one call (after the step's own warm-up and the profiler's).
+
+    On CUDA the total is the profile's device events (FunctionEvent.device_type CUDA: the
+    kernels, Triton's included) less memcpy and memset. A block's count: the kernels its
+    forward launched (inside a record_function range the block's hooks open) and those of
+    the backward nodes of that forward's operators (matched by autograd sequence number and
+    thread, as torch.autograd.profiler_util links them), read from each CPU event's linked
+    kernels. On the CPU (dry run) there are no kernels: the same counts are of operators
+    (KERNEL_SOURCES). `blocks`: the model's blocks (eager modules only; None for a compiled
+    model, whose graphs have no block boundaries)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    def kernel(name):
+        return not name.startswith(("Memcpy", "Memset"))
+
+    def own(e):
+        """What one CPU event counts for itself."""
+        if cuda:
+            return sum(1 for k in e.kernels if kernel(k.name))
+        parent = e.cpu_parent
+        return int(e.name.startswith(("aten::", "seqmix::")) and not (
+            parent is not None and parent.name.startswith(("aten::", "seqmix::"))))
+
+    def below(e):
+        return own(e) + sum(below(c) for c in e.cpu_children)
+
+    hooks = []
+    for i, block in enumerate(blocks or ()):
+        def enter(module, args, i=i):
+            module._bench_range = record_function(f"bench::block{i}")
+            module._bench_range.__enter__()
+
+        def leave(module, args, out):
+            module._bench_range.__exit__(None, None, None)
+        hooks += [block.register_forward_pre_hook(enter), block.register_forward_hook(leave)]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # Two calls, the first the profiler's warm-up (recorded, then dropped): kernels at the
+    # very start of a session can go missing (pytorch/pytorch#192021). After the session
+    # CUPTI is torn down (PyTorch keeps it only where inductor's CUDA graphs are on,
+    # torch/profiler/profiler.py), so the timings after it do not pay for it.
+    try:
+        with warnings.catch_warnings():
+            # "Profiler clears events at the end of each cycle": the warm-up's, as wanted.
+            warnings.filterwarnings("ignore", message=".*clears events")
+            with profile(activities=activities,
+                         schedule=torch.profiler.schedule(wait=0, warmup=1, active=1,
+                                                          repeat=1)) as prof:
+                for _ in range(2):
+                    step()
+                    if cuda:
+                        torch.cuda.synchronize()
+                    prof.step()
+    finally:
+        for h in hooks:
+            h.remove()
+    events = prof.events()
+    linked = sum(own(e) for e in events if e.device_type == DeviceType.CPU)
+    if cuda:
+        total = sum(1 for e in events if e.device_type == DeviceType.CUDA and kernel(e.name))
+    else:
+        total = linked
+    if not total:
+        return None, None  # no device events: CUPTI not available to the profiler
+    if not blocks or not linked:
+        return total, None  # no blocks, or no kernel linked to the operators launching it
+    backward = [e for e in events if e.name.startswith("autograd::engine::evaluate_function")]
+    per_block = []
+    for i in range(len(blocks)):
+        ranges = [e for e in events if e.name == f"bench::block{i}"]
+        if not ranges:
+            return total, None
+        forward, stack = [], list(ranges)
+        while stack:
+            e = stack.pop()
+            forward.append(e)
+            stack.extend(e.cpu_children)
+        seqs = {(e.sequence_nr, e.thread) for e in forward if e.sequence_nr >= 0}
+        n = sum(own(e) for e in forward)
+        n += sum(below(e) for e in backward if (e.sequence_nr, e.fwd_thread) in seqs)
+        per_block.append(n)
+    return total, per_block
+
+
+TRAIN_SIDES = (
+    # (record prefix, model classes, torch.compile'd, the sizes' key of its repeats); the
+    # eager side is a reference point, timed over fewer steps (one warm-up) to spare the
+    # budget.
+    ("seqmix", "seqmix", False, "repeats"),
+    ("pytorch", "user", True, "repeats"),
+    ("pytorch_eager", "user", False, "eager_repeats"),
+    # seqmix's modules under torch.compile: inductor fuses the norms, casts, residuals and
+    # GELU around seqmix's ops (one graph, no break: the ops have fake kernels), which is
+    # what a GPU user of seqmix would run. Fewer steps, as for the eager side.
+    ("seqmix_compiled", "seqmix", True, "eager_repeats"),
+)
+
+
+def model_rows(device, clock, size, budget, meta, state, compile_backend, reserve):
+    """Section 4: one record per (model, L), kind "train": tokens/s of seqmix's modules, of
+    the user's plain-PyTorch model compiled and eager, each side's own peak memory and its
+    kernels per step."""
+    classes = {"seqmix": models.seqmix_classes(), "user": models.pytorch_classes()}
     t = size["train"]
     B = t["B"]
     took = []
+    say(f"training: B={B}, d_model {t['d_model']}, {t['n_layers']} layers, bf16 autocast, "
+        f"AdamW; medians of {t['repeats']} steps after {size['warmup']} of warm-up "
+        f"({t['eager_repeats']} after 1 for the eager PyTorch side); peak GiB of each side "
+        f"alone; {KERNEL_SOURCES[clock.cuda]}")
+    print(train_header(), flush=True)
     for L in t["L"]:
-        for preset in ("weird-net", "weird-net-a", "transformer"):
+        for preset in models.MIXERS:
             need = max(took) if took else size["first_train_s"]
             if not budget.fits(f"{preset} training at L={L}", need, reserve):
                 continue
@@ -513,51 +696,239 @@ def model_rows(device, clock, size, budget, state, compile_backend, reserve):
                                          n_layers=t["n_layers"], n_heads=t["n_heads"],
                                          d_ff=t["d_ff"])
             tokens = torch.randint(0, 256, (B, L + 1), device=device)
-            row = {"model": preset, "L": L, "batch": B}
-            for name, classes, compiled in (("seqmix", ours, False), ("pytorch", users, True)):
-                model = opt = fwd = None
+            rec = {"kind": "train", "model": preset, "L": L, "batch": B,
+                   "d_model": t["d_model"], "n_layers": t["n_layers"], "n_heads": t["n_heads"],
+                   "d_ff": t["d_ff"], "precision": "bf16",
+                   "optimizer": "AdamW (fused)" if clock.cuda else "AdamW",
+                   "repeats": t["repeats"], "eager_repeats": t["eager_repeats"],
+                   "compile_backend": compile_backend,
+                   "kernel_count_source": KERNEL_SOURCES[clock.cuda]}
+            for name, which, compiled, repeats in TRAIN_SIDES:
+                model = opt = fwd = step = None
                 try:
                     torch.manual_seed(0)
-                    model = classes["SequenceModel"](config).to(device)
+                    model = classes[which]["SequenceModel"](config).to(device)
                     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=clock.cuda)
                     fwd = (torch.compile(model, dynamic=False, backend=compile_backend)
                            if compiled else model)
-                    ms = clock.median(train_step_fn(fwd, opt, tokens, device), t["repeats"])
-                    row[f"{name}_tokens_per_s"] = B * L / (ms / 1e3)
-                    if clock.cuda:
-                        row[f"{name}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                    step = train_step_fn(fwd, opt, tokens, device)
+                    # Compiles, and draws AdamW's state.
+                    for _ in range(size["warmup"] if repeats == "repeats" else 1):
+                        step()
+                    clock.sync()
+                    # The peak of this side alone: from here, over its measured steps.
+                    empty_device(clock)
+                    ms = clock.median(step, t[repeats], warmup=0)
+                    rec[f"{name}_tokens_per_s"] = B * L / (ms / 1e3)
+                    rec[f"{name}_peak_gib"] = peak_gib(clock)
+                    total, blocks = count_kernels(step, clock.cuda,
+                                                  None if compiled else list(model.blocks))
+                    rec[f"{name}_kernels_per_step"] = total
+                    rec[f"{name}_kernels_per_block"] = blocks
                 except Exception as e:  # noqa: BLE001 -- out of memory included
-                    row[f"{name}_tokens_per_s"] = None
-                    row[f"{name}_error"] = f"{type(e).__name__}: {first_line(e)}"
-                    print(f"bench: {preset} L={L} {name} failed: {row[f'{name}_error']}",
+                    for field in ("tokens_per_s", "peak_gib", "kernels_per_step",
+                                  "kernels_per_block"):
+                        rec.setdefault(f"{name}_{field}", None)
+                    rec[f"{name}_error"] = f"{type(e).__name__}: {first_line(e)}"
+                    print(f"bench: {preset} L={L} {name} failed: {rec[f'{name}_error']}",
                           flush=True)
-                del model, opt, fwd
-                if clock.cuda:
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
+                del model, opt, fwd, step
+                empty_device(clock)
+            s, p = rec["seqmix_tokens_per_s"], rec["pytorch_tokens_per_s"]
+            rec["ratio"] = s / p if s and p else None
+            sc = rec.get("seqmix_compiled_tokens_per_s")
+            rec["ratio_compiled"] = sc / p if sc and p else None
+            rec.update(meta)
             took.append(time.time() - start)
-            state["training"].append(row)
+            state["training"].append(rec)
+            print(train_line(rec), flush=True)
             write_outputs(state)
 
 
+def decode(model, states, logits, n):
+    """n greedy tokens per sequence through SequenceModel.step (each the argmax of the
+    previous logits [B, V]): the logits after the last."""
+    for _ in range(n):
+        logits = model.step(logits.argmax(-1), states)
+    return logits
+
+
+def seqmix_decode_rate(model, context, n, repeats, clock):
+    """Tokens/s (all sequences') of n greedy steps of seqmix's own decoding after `context`
+    [B, T]: each run starts from models.prefill's states (one forward, not timed); the
+    median of `repeats` runs after one of warm-up."""
+    times = []
+    for r in range(repeats + 1):
+        states, logits = models.prefill(model, context)
+        clock.sync()
+        ms = clock.once(lambda: decode(model, states, logits, n))
+        if r:
+            times.append(ms)
+        del states, logits
+    return context.shape[0] * n / (statistics.median(times) / 1e3)
+
+
+def hf_generate_rate(lm, context, n, repeats, clock, **kwargs):
+    """Tokens/s (all sequences') of transformers' greedy ``generate`` of n tokens after
+    `context` [B, T]: the time of generate(n + 1) minus that of generate(1), which holds
+    the prompt's pass and generate's setup; medians of `repeats` runs each, alternated,
+    after one generate(2) of warm-up. None when the difference is not positive (the dry
+    run's tiny sizes)."""
+    mask = torch.ones_like(context)
+
+    def gen(k):
+        return lambda: lm.generate(context, attention_mask=mask, max_new_tokens=k,
+                                   min_new_tokens=k, do_sample=False, pad_token_id=0,
+                                   **kwargs)
+    gen(2)()
+    ms = clock.alternated({"long": (gen(n + 1), repeats), "one": (gen(1), repeats)}, 0)
+    seconds = (ms["long"] - ms["one"]) / 1e3
+    return context.shape[0] * n / seconds if seconds > 0 else None
+
+
+def generate_rows(device, clock, size, budget, meta, state):
+    """Section 5: one record per (model, context, batch), kind "generate": tokens/s of
+    incremental decoding, seqmix's init_state / step against transformers' generate of the
+    same model (SeqmixForCausalLM), and the Transformer's KV caches (seqmix's and GPT-2's in
+    transformers)."""
+    g = size["generate"]
+    ours = models.seqmix_classes()["SequenceModel"]
+    hf, hf_why = models.hf_module()
+    n = g["new_tokens"]
+    say(f"generation: d_model {g['d_model']}, {g['n_layers']} layers, bf16 autocast, "
+        f"greedy; {n} new tokens after a context prefilled by one forward (not timed); "
+        f"tokens/s of all sequences, medians of {g['repeats']}; "
+        f"extractor-transformer up to context {g['max_context']['extractor-transformer']}"
+        + ("" if hf else f"; transformers side not available: {hf_why}"))
+    print(generate_header(), flush=True)
+    took = []
+    for B in g["batches"]:
+        for ctx in g["contexts"]:
+            kv = {}  # the Transformer's rates at this (context, batch), quoted by the others
+            for preset in GENERATE_PRESETS:
+                if ctx > g["max_context"].get(preset, ctx):
+                    continue
+                need = max(took) if took else size["first_generate_s"]
+                if not budget.fits(f"{preset} generation at context {ctx}, batch {B}", need):
+                    continue
+                start = time.time()
+                rec = generate_case(preset, ctx, B, device, clock, g, ours, hf, hf_why, kv)
+                rec.update(meta)
+                took.append(time.time() - start)
+                state["generation"].append(rec)
+                print(generate_line(rec), flush=True)
+                write_outputs(state)
+
+
+def generate_case(preset, ctx, B, device, clock, g, ours, hf, hf_why, kv):
+    """The generation record of one (model, context, batch); `kv` gets (the Transformer)
+    or gives (the others) the KV-cache rates of this context and batch."""
+    n = g["new_tokens"]
+    config = models.model_config(preset, max_len=ctx + n + 1, d_model=g["d_model"],
+                                 n_layers=g["n_layers"], n_heads=g["n_heads"], d_ff=g["d_ff"])
+    rec = {"kind": "generate", "model": preset, "context": ctx, "batch": B, "new_tokens": n,
+           "d_model": g["d_model"], "n_layers": g["n_layers"], "precision": "bf16",
+           "repeats": g["repeats"], "seqmix_tokens_per_s": None, "hf_tokens_per_s": None}
+    model = lm = None
+    try:
+        torch.manual_seed(0)
+        model = ours(config).to(device).eval()
+        context = torch.randint(0, 256, (B, ctx), device=device)
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+            try:
+                rec["seqmix_tokens_per_s"] = seqmix_decode_rate(model, context, n,
+                                                                g["repeats"], clock)
+            except Exception as e:  # noqa: BLE001 -- out of memory included
+                rec["seqmix_error"] = f"{type(e).__name__}: {first_line(e)}"
+            if hf is None:
+                rec["hf_error"] = f"not available: {hf_why}"
+            else:
+                try:
+                    lm = models.hf_causal_lm(hf, config, model.state_dict()).to(device).eval()
+                    rec["hf_tokens_per_s"] = hf_generate_rate(lm, context, n, g["repeats"],
+                                                              clock)
+                except Exception as e:  # noqa: BLE001
+                    rec["hf_error"] = f"{type(e).__name__}: {first_line(e)}"
+                del lm
+                lm = None
+            if preset == "transformer":
+                kv["seqmix"] = rec["seqmix_tokens_per_s"]
+                kv["gpt2"], kv["gpt2_error"] = None, f"not available: {hf_why}"
+                if hf is not None:
+                    try:
+                        lm = models.hf_gpt2(config).to(device).eval()
+                        kv["gpt2"], kv["gpt2_error"] = hf_generate_rate(
+                            lm, context, n, g["repeats"], clock, use_cache=True), None
+                    except Exception as e:  # noqa: BLE001
+                        kv["gpt2_error"] = f"{type(e).__name__}: {first_line(e)}"
+    except Exception as e:  # noqa: BLE001 -- the case fails, the section goes on
+        rec["error"] = f"{type(e).__name__}: {first_line(e)}"
+    finally:
+        del model, lm
+        empty_device(clock)
+    rec["kv_cache_tokens_per_s"] = kv.get("seqmix")
+    rec["hf_kv_cache_tokens_per_s"] = kv.get("gpt2")
+    if kv.get("gpt2_error"):
+        rec["hf_kv_cache_error"] = kv["gpt2_error"]
+    for key in ("seqmix_error", "hf_error", "error"):
+        if key in rec:
+            print(f"bench: {preset} context {ctx} batch {B}: {key}: {rec[key]}", flush=True)
+    return rec
+
+
+def kilo(x, width):
+    return f"{x / 1e3:{width}.1f}" if x is not None else f"{'-':>{width}}"
+
+
+def train_header():
+    return (f"{'model':11} {'L':>5} {'seqmix':>6} {'sx+c':>6} {'comp':>6} {'ratio':>5} "
+            f"{'eager':>6} {'GiBsx':>5} {'GiBpt':>5} {'kern sx':>7} {'kern pt':>7}")
+
+
+def train_line(r):
+    def count(x):
+        return "-" if x is None else str(x)
+    return (f"{r['model']:11} {r['L']:5d} {kilo(r['seqmix_tokens_per_s'], 6)} "
+            f"{kilo(r.get('seqmix_compiled_tokens_per_s'), 6)} "
+            f"{kilo(r['pytorch_tokens_per_s'], 6)} {fmt(r['ratio'], 5, 2)} "
+            f"{kilo(r.get('pytorch_eager_tokens_per_s'), 6)} {fmt(r['seqmix_peak_gib'], 5, 2)} "
+            f"{fmt(r['pytorch_peak_gib'], 5, 2)} {count(r['seqmix_kernels_per_step']):>7} "
+            f"{count(r['pytorch_kernels_per_step']):>7}")
+
+
+def generate_header():
+    return (f"{'model':21} {'ctx':>6} {'B':>2} {'seqmix':>8} {'hf':>8} {'x hf':>6} "
+            f"{'kv':>8} {'x kv':>5} {'gpt2 kv':>8}")
+
+
+def generate_line(r):
+    s, h, k = r["seqmix_tokens_per_s"], r["hf_tokens_per_s"], r["kv_cache_tokens_per_s"]
+    return (f"{r['model']:21} {r['context']:6d} {r['batch']:2d} {fmt(s, 8, 0)} {fmt(h, 8, 0)} "
+            f"{fmt(s / h if s and h else None, 6, 2)} {fmt(k, 8, 0)} "
+            f"{fmt(s / k if s and k else None, 5, 2)} {fmt(r['hf_kv_cache_tokens_per_s'], 8, 0)}")
+
+
 def write_outputs(state):
-    """bench.json and bench-gpu.jsonl, rewritten whole after every case, so that a run cut
-    short leaves what it measured."""
+    """bench.json and bench-gpu.jsonl (the scan, training and generation records, in that
+    order), rewritten whole after every case, so that a run cut short leaves what it
+    measured."""
     out = state["out"]
     info = dict(state["info"], elapsed_s=time.time() - state["start"],
                 scans=state["records"], checks=state["checks"], training=state["training"],
-                skipped=state["budget"].skipped, errors=state["errors"])
+                generation=state["generation"], skipped=state["budget"].skipped,
+                errors=state["errors"])
     with open(os.path.join(out, "bench.json.tmp"), "w") as f:
         json.dump(info, f, indent=1)
     os.replace(os.path.join(out, "bench.json.tmp"), os.path.join(out, "bench.json"))
     with open(os.path.join(out, "bench-gpu.jsonl.tmp"), "w") as f:
-        for r in state["records"]:
+        for r in state["records"] + state["training"] + state["generation"]:
             f.write(json.dumps(r) + "\n")
     os.replace(os.path.join(out, "bench-gpu.jsonl.tmp"), os.path.join(out, "bench-gpu.jsonl"))
 
 
 def print_tables(state):
-    """The scan table, then (after a line gpu-check.sh finds) training, checks, skips."""
+    """The scan table, then (after a line gpu-check.sh finds) training, generation, checks,
+    skips."""
     info = state["info"]
     print()
     print(f"==== bench: {info['card']} (driver {info['driver']}), PyTorch {info['torch']} "
@@ -567,11 +938,28 @@ def print_tables(state):
     for r in state["records"]:
         print(record_line(r))
     print("==== bench: training, checks, skipped")
-    print(f"{'model':12} {'L':>6} {'seqmix tok/s':>13} {'pytorch tok/s':>14} {'ratio':>6}")
+    say("training: tokens/s in thousands (comp, eager: the user's plain-PyTorch model, "
+        "compiled and not; sx+c: seqmix's modules compiled); ratio = seqmix / comp; peak GiB and kernels per step of seqmix (sx) and "
+        "compiled (pt)" + ("" if info["device"] == "cuda" else
+                           "; cpu dry run: no peak, operators for kernels"))
+    print(train_header())
     for r in state["training"]:
-        s, p = r.get("seqmix_tokens_per_s"), r.get("pytorch_tokens_per_s")
-        ratio = f"{s / p:6.2f}" if s and p else "     -"
-        print(f"{r['model']:12} {r['L']:6d} {s or 0:13.0f} {p or 0:14.0f} {ratio}")
+        print(train_line(r))
+    blocks = [r for r in state["training"] if r.get("seqmix_kernels_per_block")]
+    if blocks:
+        say("training: kernels per block, forward + backward (layer order), seqmix | "
+            "eager PyTorch:")
+        for r in blocks:
+            eager = r.get("pytorch_eager_kernels_per_block")
+            print(f"  {r['model']:11} {r['L']:6d} {r['seqmix_kernels_per_block']} | "
+                  f"{eager if eager else '-'}")
+    if state["generation"]:
+        say("generation: tokens/s (all sequences) of seqmix's step decoding; hf: "
+            "transformers' generate of the same model (no cache); kv: seqmix's Transformer "
+            "(KV cache); gpt2 kv: transformers' GPT-2 with its cache")
+        print(generate_header())
+        for r in state["generation"]:
+            print(generate_line(r))
     for c in state["checks"]:
         verdict = {True: "ok", False: "FAIL", None: "not available"}[c["ok"]]
         print(f"bench-check: {c['what']}: {c['detail']} -- {verdict}")
@@ -613,7 +1001,7 @@ def main():
     meta["command"] = args.command or " ".join([os.path.basename(sys.executable)] + sys.argv)
     meta["dry_run"] = args.dry_run
     state = {"out": args.out, "start": time.time(), "budget": budget, "records": [],
-             "checks": [], "training": [], "errors": [],
+             "checks": [], "training": [], "generation": [], "errors": [],
              "info": dict(meta, device=str(device), budget_s=args.budget)}
     print(f"bench: {meta['card']} (driver {meta['driver']}), PyTorch {meta['torch']}, CUDA "
           f"{meta['cuda']}, {meta['date']}, budget {args.budget:.0f} s", flush=True)
@@ -627,8 +1015,9 @@ def main():
                                     args.compile_backend)),
         ("fallback check", lambda: fallback_check(device, clock, size, state)),
         ("CUDA graph check", lambda: graph_check(device, clock, size, state)),
-        ("training", lambda: model_rows(device, clock, size, budget, state,
-                                        args.compile_backend, 0.0)),
+        ("training", lambda: model_rows(device, clock, size, budget, meta, state,
+                                        args.compile_backend, size["generate_reserve_s"])),
+        ("generation", lambda: generate_rows(device, clock, size, budget, meta, state)),
     )
     for name, run in sections:
         try:

@@ -42,6 +42,10 @@ struct ModelsBenchOptions {
   int64_t reps = 3;
   /// "fp32" or "bf16": the training step under bfloat16 autocast (nn/precision.h).
   std::string precision = "fp32";
+  /// "cpu", "cuda" or "cuda:N" (util/device.h). On a GPU each timed step ends with a device
+  /// synchronisation, and the peak memory is the CUDA caching allocator's peak of allocated
+  /// bytes during the timed steps (what torch.cuda.max_memory_allocated reports).
+  std::string device = "cpu";
 };
 
 /// The names `models` accepts, for help texts.
@@ -52,9 +56,10 @@ std::vector<std::string> models_bench_names();
 models::ModelConfig models_bench_config(const std::string& name, const ModelsBenchOptions& o,
                                         int64_t L);
 
-/// Checks the sizes (positive, heads dividing D, lengths >= 2) and the model names before
-/// anything runs; `mode` ("models" or "generate") names the command in the message.
-/// @throws std::invalid_argument "bench <mode>: ..." or "--models: ...".
+/// Checks the sizes (positive, heads dividing D, lengths >= 2), the model names and the device
+/// (util::require_device: a CUDA device needs a GPU and seqmix's CUDA kernels) before anything
+/// runs; `mode` ("models" or "generate") names the command in the message.
+/// @throws std::invalid_argument "bench <mode>: ...", "--models: ..." or "--device ...".
 void check_models_bench_options(const ModelsBenchOptions& options, const std::string& mode);
 
 /// Runs the benchmark; `emit` gets one JSON object per model and length as soon as it is

@@ -1,6 +1,7 @@
 #include "seqmix/train/serialization/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize/archive.h>
 #include <caffe2/serialize/versions.h>
@@ -150,6 +151,10 @@ void save_checkpoint(const std::string& path, models::SequenceModel& model,
     if (!device.is_cpu()) move_optimizer_state(*optimizer, device);
     ar.write("optimizer", opt_ar);
     ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+    // Dropout on a GPU draws from that GPU's generator (Philox: seed and offset), so a
+    // resumed CUDA run repeats the uninterrupted one only with that state restored too.
+    if (device.is_cuda())
+      ar.write("rng_cuda", at::globalContext().defaultGenerator(device).get_state());
   }
   // Serialized in memory first: LibTorch's file writer throws again from its destructor
   // when a write fails (a full disk), which ends the process instead of reporting it.
@@ -386,6 +391,15 @@ int64_t CheckpointFile::load(models::SequenceModel& model, torch::optim::Optimiz
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       gen.set_state(rng);
     });
+    // A checkpoint written on a GPU carries that GPU's generator; it is restored when the
+    // run resumes on a GPU (any index: the state is a seed and an offset). One written on
+    // the CPU has none, and a CPU run ignores it: the CPU generator alone drives its draws.
+    at::Tensor rng_cuda;
+    if (device.is_cuda() && archive_.try_read("rng_cuda", rng_cuda))
+      libtorch("CUDA RNG state", [&] {
+        at::Generator gen = at::globalContext().defaultGenerator(device);
+        gen.set_state(rng_cuda);
+      });
   }
   if (optimizer) check_optimizer_state(path_, *optimizer, model);
   if (!device.is_cpu()) {
