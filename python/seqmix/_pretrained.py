@@ -56,7 +56,8 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
                      overwrite=False):
     """Writes the folder whole or not at all: into a temporary sibling, then renamed over
     ``path``. Refuses an existing non-empty folder unless ``overwrite``, and never replaces
-    a seqmix run folder, a file or a symbolic link."""
+    a seqmix run folder, a file or a symbolic link; with ``overwrite`` the files it does not
+    write (a model card) are kept. Refuses non-finite weights before writing anything."""
     path = os.fspath(path)
     # "dir/" and "dir" are one folder; without the separator islink sees a link to a folder.
     stripped = path.rstrip(os.sep)
@@ -72,12 +73,22 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
             raise ValueError(f"{path}: exists and is not empty; pass overwrite=True to "
                              "replace it")
         # overwrite replaces a model folder, nothing else: a mistyped path (a home folder)
-        # keeps its files.
-        others = sorted(set(os.listdir(path)) - set(_MODEL_FILES))
-        if others:
-            raise ValueError(f"{path}: holds files that are not a saved model "
-                             f"({', '.join(others[:3])}); overwrite=True replaces only a "
-                             "folder of " + ", ".join(_MODEL_FILES))
+        # keeps its files. A model folder's other files (a README.md model card) are the
+        # user's: carried into the new folder, as `seqmix export --format hf` does.
+        names = os.listdir(path)
+        if not any(n in _MODEL_FILES for n in names):
+            raise ValueError(f"{path}: holds no saved model ({', '.join(sorted(names)[:3])}); "
+                             "overwrite=True replaces only a folder that holds one of " +
+                             ", ".join(_MODEL_FILES))
+        odd = sorted(n for n in names if not os.path.isfile(os.path.join(path, n)) or
+                     os.path.islink(os.path.join(path, n)))
+        if odd:
+            raise ValueError(f"{path}: holds {', '.join(odd[:3])}, not a regular file; "
+                             "overwrite=True replaces only a folder of files")
+    for name, t in state_dict.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{path}: tensor {name} holds non-finite values (NaN or inf); "
+                             "nothing was written (every seqmix reader refuses such weights)")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
@@ -97,6 +108,14 @@ def write_pretrained(path, config, state_dict, *, tokenizer_model=None, version=
             with open(os.path.join(tmp, name), "rb") as f:
                 os.fsync(f.fileno())
         os.chmod(tmp, 0o755)
+        if os.path.isdir(path):
+            for name in os.listdir(path):
+                if name in _MODEL_FILES:
+                    continue
+                try:
+                    os.link(os.path.join(path, name), os.path.join(tmp, name))
+                except OSError:
+                    shutil.copy2(os.path.join(path, name), os.path.join(tmp, name))
         if os.path.isdir(path):
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
             kept = os.path.join(old, "x")

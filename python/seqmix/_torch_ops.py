@@ -41,29 +41,104 @@ def _level_weights(w, weights, like):
 
 def _shift(x, s, suffix):
     # x[:, s:] gets x[:, :-s] (prefix) or x[:, :-s] gets x[:, s:] (suffix), zeros elsewhere.
+    return _shift_fill(x, s, suffix, 0.0)
+
+
+def _shift_fill(x, s, suffix, fill):
     L = x.shape[1]
+    if s >= L:
+        return torch.full_like(x, fill)
     if suffix:
-        return F.pad(x[:, s:], (0, 0, 0, s))
-    return F.pad(x[:, :L - s], (0, 0, s, 0))
+        return F.pad(x[:, s:], (0, 0, 0, s), value=fill)
+    return F.pad(x[:, :L - s], (0, 0, s, 0), value=fill)
+
+
+def _log_level_weights(w, weights, like):
+    # log W straight from w: W = exp(cumsum(w)) itself overflows or underflows for large w.
+    if weights == "prefix_exp":
+        return torch.cumsum(w, 0)
+    if weights == "exp":
+        return w
+    return torch.zeros(_levels(like.shape[1]), like.shape[2], dtype=like.dtype,
+                       device=like.device)
 
 
 def aib_scan(a, v, w, mask=None, direction="causal", weights="prefix_exp", impl=None):
-    """AIB (Weird) attention, Weird-Net Algorithms 1 and 2 (eqs. 29-38): with E = exp(A -
-    max), H = E V, U = E, for j < ceil(log2 L): H[2^j:] += W_j H[:-2^j] (and U alike);
-    O = H / U, 0 where U = 0 or the position is padded. Bidirectional: channels [0, D/2)
-    scan forward, [D/2, D) backward. a, v [B, L, D]; w [K, D]; mask [B, L] bool (True =
-    valid) -> O [B, L, D]."""
+    """AIB (Weird) attention, Weird-Net Algorithms 1 and 2 (eqs. 29-38): with E = exp(A),
+    H = E V, U = E, for j < ceil(log2 L): H[2^j:] += W_j H[:-2^j] (and U alike); O = H / U,
+    0 where U = 0 or the position is padded. Bidirectional: channels [0, D/2) scan forward,
+    [D/2, D) backward. a, v [B, L, D]; w [K, D]; mask [B, L] bool (True = valid) ->
+    O [B, L, D].
+
+    Each level carries a maximum per position, (m, H e^-m, U e^-m), and rescales the two
+    terms it adds to their larger maximum, so the result is exact for any finite a and w
+    (``aib_scan_literal``'s one maximum per sequence underflows every earlier window once a
+    later a is ~100 larger in float32) and causal even through rounding. A (batch, channel)
+    whose |v| reaches 2^64 (float32) or 2^960 (float64) is computed on v * 2^-64 and scaled
+    back (O is linear in v), so H never overflows where O is finite."""
     if a.dtype == torch.bfloat16:
         with _float32():
             return aib_scan(_widen(a), _widen(v), _widen(w), mask, direction,
                             weights).to(a.dtype)
     B, L, D = a.shape
     valid = None
+    u = torch.ones_like(a)
     if mask is not None:
         valid = mask.unsqueeze(-1)
         a = a.masked_fill(valid.logical_not(), -math.inf)
         v = v.masked_fill(valid.logical_not(), 0)
-    # A per-(batch, channel) constant cancels in H / U; the maximum keeps exp <= 1.
+        u = u.masked_fill(valid.logical_not(), 0)
+    limit = 2.0 ** 960 if a.dtype == torch.float64 else 2.0 ** 64
+    top = (v.detach().abs().amax(1, keepdim=True) if L > 0
+           else torch.zeros(B, 1, D, dtype=a.dtype, device=a.device))
+    scale = torch.where(top >= limit, torch.full_like(top, 2.0 ** -64), torch.ones_like(top))
+    m, h = a, v * scale
+
+    def level(m, h, u, lw, s, suffix):
+        m2 = _shift_fill(m, s, suffix, -math.inf) + lw
+        top = torch.maximum(m, m2)
+        safe = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
+        e1, e2 = torch.exp(m - safe), torch.exp(m2 - safe)
+        return top, h * e1 + _shift(h, s, suffix) * e2, u * e1 + _shift(u, s, suffix) * e2
+
+    if L > 1:
+        lw = _log_level_weights(w, weights, a)
+        half = D // 2
+        for j in range(_levels(L)):
+            s = 2 ** j
+            if direction == "causal":
+                m, h, u = level(m, h, u, lw[j], s, False)
+            else:
+                mf, hf, uf = level(m[..., :half], h[..., :half], u[..., :half], lw[j, :half],
+                                   s, False)
+                mb, hb, ub = level(m[..., half:], h[..., half:], u[..., half:], lw[j, half:],
+                                   s, True)
+                m, h, u = (torch.cat([mf, mb], -1), torch.cat([hf, hb], -1),
+                           torch.cat([uf, ub], -1))
+    empty = u == 0
+    o = torch.where(empty, torch.zeros_like(h), h / torch.where(empty, torch.ones_like(u), u))
+    o = o / scale
+    return o if valid is None else o.masked_fill(valid.logical_not(), 0)
+
+
+def aib_scan_literal(a, v, w, mask=None, direction="causal", weights="prefix_exp", impl=None):
+    """Weird-Net Algorithms 1 and 2 as a PyTorch user writes them from the paper: E =
+    exp(A - max) with one maximum per (batch, channel) over the whole sequence, then the
+    shift-and-add levels on H = E V and U = E. Same arguments as ``aib_scan``, and the same
+    result while A's spread within a sequence (plus the log distance weights) stays under
+    ~80 in float32 (~700 in float64); beyond, exp(A - max) underflows and earlier windows
+    read 0, which also lets a later input change an earlier causal output. The GPU
+    benchmark's "user's PyTorch" side (tests/gpu/models.py) runs this, the papers' cost."""
+    if a.dtype == torch.bfloat16:
+        with _float32():
+            return aib_scan_literal(_widen(a), _widen(v), _widen(w), mask, direction,
+                                    weights).to(a.dtype)
+    B, L, D = a.shape
+    valid = None
+    if mask is not None:
+        valid = mask.unsqueeze(-1)
+        a = a.masked_fill(valid.logical_not(), -math.inf)
+        v = v.masked_fill(valid.logical_not(), 0)
     m = torch.nan_to_num(a, -math.inf, math.inf, -math.inf).amax(1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(a - m)

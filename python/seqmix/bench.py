@@ -41,8 +41,9 @@ Cases (default shapes B = 4, D = 512, L = 1024 .. 16384):
 
 ``modules``
     Whole layers and models, seqmix (``seqmix.nn``: the layers' own Python modules on the
-    extension's ops) against ``seqmix.reference`` (the same modules and weights on the
-    papers' algorithms in plain PyTorch) eager and under ``torch.compile`` (inductor, the
+    extension's ops) against ``seqmix.reference``'s classes (the same modules and weights on
+    the papers' algorithms in plain PyTorch; the AIB scan in its literal form,
+    ``_torch_ops.aib_scan_literal``, as a user writes it) eager and under ``torch.compile`` (inductor, the
     default backend): the layers AIBAttention, SelfAttention (SDPA), ESMLP at D =
     ``--d-model`` (the Extractor at D = 128) and the models weird-net, weird-net-a,
     transformer and etsmlp-lm at D = 256, 4 layers, byte
@@ -565,7 +566,7 @@ def run_overhead(args, rep: Reporter) -> List[Dict]:
 
 
 # --------------------------------------------------------------------------------------
-# modules: whole layers and models, seqmix vs seqmix.reference (eager and compiled).
+# modules: whole layers and models, seqmix vs the user's PyTorch (eager and compiled).
 
 # extractor-transformer is left out of the models: at D = 256 its lag matrices are 1 GiB
 # per layer at L = 4096 (with gradients and their FFTs, more than this machine's memory).
@@ -573,11 +574,26 @@ MODULE_KINDS = ["AIBAttention", "SelfAttention", "ESMLP", "Extractor", "weird-ne
                 "weird-net-a", "transformer", "etsmlp-lm"]
 
 
+def _user_modules():
+    """seqmix.reference's classes with the AIB op as a PyTorch user writes it from the paper
+    (``_torch_ops.aib_scan_literal``: one maximum per sequence), the other ops as
+    seqmix.reference has them: the baseline is the papers' cost, not the exact reference's
+    per-position maxima (about 3x the work)."""
+    import types
+
+    from . import _layers, _torch_ops
+    ops = types.SimpleNamespace(**{name: getattr(_torch_ops, name) for name in (
+        "ces_scan", "attention", "attention_reference", "extractor_conv", "causal_mean")})
+    ops.aib_scan = _torch_ops.aib_scan_literal
+    return types.SimpleNamespace(**_layers.bind(ops, "seqmix.bench"))
+
+
 def module_pair(kind: str, B: int, L: int, D: int, seed: int):
-    """(seqmix module, reference module with the same weights, input, loss of the output)."""
+    """(seqmix module, the user's PyTorch module with the same weights, input, loss of the
+    output)."""
     import seqmix
     import seqmix.nn
-    import seqmix.reference
+    user = _user_modules()
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -586,7 +602,7 @@ def module_pair(kind: str, B: int, L: int, D: int, seed: int):
         args = {"AIBAttention": (width, L), "SelfAttention": (width, max(1, width // HEAD_WIDTH)),
                 "ESMLP": (width, 2 * width), "Extractor": (width, L)}[kind]
         fast = getattr(seqmix.nn, kind)(*args)
-        ref = getattr(seqmix.reference, kind)(*args)
+        ref = getattr(user, kind)(*args)
         x = torch.randn(B, L, width, generator=gen)
 
         def loss(y):
@@ -595,7 +611,7 @@ def module_pair(kind: str, B: int, L: int, D: int, seed: int):
         fast = seqmix.build(kind, "tiny", d_model=MODEL_D, n_layers=MODEL_LAYERS,
                             n_heads=MODEL_D // HEAD_WIDTH, d_ff=4 * MODEL_D, max_len=L,
                             seed=seed)
-        ref = seqmix.reference.SequenceModel(fast.config["model"])
+        ref = user.SequenceModel(fast.config["model"])
         x = torch.randint(0, 256, (B, L), generator=gen)
 
         def loss(y):

@@ -28,6 +28,8 @@ generate --temperature 0``; sampling with ``top_k=0`` (transformers' default is 
 same generator state; transformers' top_p and seqmix's differ in which token is cut at the
 threshold).
 """
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -97,8 +99,17 @@ class SeqmixForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """transformers' loader, then refusal of a checkpoint that does not fit exactly
-        (ValueError naming the tensors)."""
+        """transformers' loader, after the checks every seqmix reader makes: a local folder
+        is first read by the library's reader (``seqmix.from_pretrained``'s and ``seqmix
+        import``'s: the format version, the configuration validated as a run's and against
+        the machine's memory, the tokenizer it names, every tensor's name, shape, dtype and
+        finiteness), so a folder that those refuse is refused here with the same message
+        (ValueError) before transformers builds anything. Then a checkpoint that does not
+        fit exactly is refused (ValueError naming the tensors)."""
+        path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
+            from ._api import from_pretrained as _check_with_seqmix
+            _check_with_seqmix(path)
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         bad = {k: sorted(v) for k, v in info.items()

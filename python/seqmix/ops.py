@@ -3,8 +3,8 @@
 Each op is registered in PyTorch's dispatcher by libseqmix (include/seqmix/ops/*.h) as
 ``torch.ops.seqmix.<op>``: ``aib_scan``, ``attention``, ``ces_scan`` and ``extractor_conv``,
 each with a ``<op>_reference`` twin. The functions here call them with keyword options and
-argument checks: the optimised CPU kernel by default (``impl='kernel'``), or the literal
-paper algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both
+argument checks: the optimised CPU kernel by default (``impl='kernel'``), or the paper's
+algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both
 carry their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
 ``gradcheck``) works through them, and both have fake-tensor implementations, so
 ``torch.compile`` and ``torch.export`` see them as single ops. Inputs are CPU tensors of one dtype, float32 or float64;
@@ -105,7 +105,9 @@ def aib_scan(a, v, w, mask=None, *, direction="causal", weights="prefix_exp", im
         weights: 'prefix_exp' (W = exp(cumsum(w)), eq. 34), 'exp' (W = exp(w)) or 'ones'
             (PS attention).
         impl: 'kernel' (fused CPU scan, O(B L D log L), never overflows where the result is
-            finite) or 'reference' (Algorithm 1/2 literally in ATen ops).
+            finite, for |v| below 2^64 in float32 and 2^960 in float64) or 'reference'
+            (Algorithm 1/2 in ATen ops, each level carrying a maximum per position: exact
+            for any finite a, w and v).
 
     Returns:
         O [B, L, D]; gradients flow to a, v and w.

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "seqmix/util/memory.h"
+
 namespace seqmix::data {
 
 namespace fs = std::filesystem;
@@ -178,6 +180,22 @@ void split_tail(const std::string& text, double fraction, std::string& train, st
   eval = text.substr(cut);
 }
 
+// Loading holds the text and its two splits at once (twice its size) before the text is
+// freed; checked from the files' sizes before a byte is read, so a corpus larger than the
+// machine's memory is one message and not the kernel's OOM killer.
+void check_fits(const std::vector<fs::path>& files, const std::string& source) {
+  double bytes = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto n = fs::file_size(f, ec);
+    if (!ec) bytes += static_cast<double>(n);
+  }
+  util::check_available_memory(
+      2 * bytes, "data: loading '" + source + "' (" + std::to_string(static_cast<int64_t>(bytes)) +
+                     " bytes: the text and its training and held-out splits)",
+      "; use a smaller corpus or free memory");
+}
+
 std::string join_files(const std::vector<fs::path>& files, size_t begin, size_t end) {
   std::string out;
   for (size_t i = begin; i < end; ++i) {
@@ -224,6 +242,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
       throw std::runtime_error("data: '" + dir.string() + "' holds " +
                                std::to_string(files.size()) + " .txt files, expected 233" + hint);
     size_t n_eval = 0;
+    check_fits(files, source);
     split_files(files, 0.1, c.train_, c.eval_, n_eval);
     c.description_ = "sotu: " + std::to_string(files.size() - n_eval) +
                      " addresses for training (" + files.front().filename().string() + " ..), " +
@@ -235,6 +254,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
     const fs::path file = stdlib / "moby-dick" / "data" / "data.txt";
     if (!fs::is_regular_file(file))
       throw std::runtime_error("data: Moby-Dick not found at '" + file.string() + "'" + hint);
+    check_fits({file}, source);
     split_tail(read_file(file), 0.1, c.train_, c.eval_);
     c.description_ = "moby-dick: first 90% for training, last 10% held out";
   } else {
@@ -264,6 +284,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
       need_valid("a folder");
       const auto files = list_files(p, "", key);
       if (files.empty()) throw std::runtime_error("data: folder '" + source + "' holds no files");
+      check_fits(files, source);
       if (files.size() == 1) {
         split_tail(read_file(files[0]), 0.1, c.train_, c.eval_);
         c.description_ = source + ": one file, last 10% of bytes held out";
@@ -275,6 +296,7 @@ ByteCorpus ByteCorpus::load(const std::string& source, const std::string& data_d
       }
     } else {
       const std::string name = p.filename().string();
+      check_fits({p}, source);
       std::string text = read_regular_file(source, key);
       if (name == "enwik8" || name == "text8") {
         constexpr size_t kTrain = 90000000, kEach = 5000000;

@@ -13,6 +13,7 @@
 
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/memory.h"
 
 namespace seqmix::data {
 
@@ -371,6 +372,12 @@ void Tokenizer::save(const std::string& path) const {
 }
 
 TokenCorpus TokenCorpus::build(const ByteCorpus& corpus, const Tokenizer& tokenizer) {
+  // At most one token per byte, 4 bytes each: checked before encoding starts.
+  util::check_available_memory(
+      static_cast<double>(sizeof(TokenIds::value_type)) *
+          static_cast<double>(corpus.train().size() + corpus.eval().size()),
+      "data: the tokens of '" + corpus.description() + "' (up to one per byte, 4 bytes each)",
+      "; use a smaller corpus or free memory");
   TokenCorpus c;
   c.train = tokenizer.encode(corpus.train());
   c.eval = tokenizer.encode(corpus.eval());

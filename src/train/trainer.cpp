@@ -827,10 +827,29 @@ TrainResult training_loop(Run& run) {
     for (auto& b : model->buffers()) buffers.push_back(b);
     group->broadcast(buffers, 0, "sending rank 0's buffers");
   };
-  auto held_out = [&](int64_t step, bool final) {
+  // A stop signal during an evaluation (the final one scores the whole split: minutes on a
+  // large corpus) ends it between batches, as training stops between steps: held_out returns
+  // the signal, 0 when the evaluation ran to its end. A rank of a group evaluates to the end:
+  // the others would wait for it.
+  struct EvaluationStopped {
+    int sig;
+  };
+  auto held_out = [&](int64_t step, bool final) -> int {
     sync_buffers();
     const nn::AutocastGuard autocast(precision);
-    plan.held_out(step, final);
+    if (group) {
+      plan.held_out(step, final);
+      return 0;
+    }
+    try {
+      const util::ScopedInterruptCheck stop([] {
+        if (const int sig = util::stop_signal(); sig != 0) throw EvaluationStopped{sig};
+      });
+      plan.held_out(step, final);
+    } catch (const EvaluationStopped& stopped) {
+      return stopped.sig;
+    }
+    return 0;
   };
   auto checkpoint = [&](int64_t step) {
     sync_buffers();
@@ -1019,7 +1038,7 @@ TrainResult training_loop(Run& run) {
     }
     if (progress->tty()) progress->update(done, fmt::format("loss {:.4f} lr {:.2e}", l, lr));
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done < t.max_steps)
-      held_out(done, false);
+      if (const int sig = held_out(done, false); sig != 0) throw interrupted(done, sig);
     if ((t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) || done == t.max_steps ||
         done == options.halt_after_step)
       checkpoint(done);
@@ -1038,7 +1057,10 @@ TrainResult training_loop(Run& run) {
   // that stopped before its final evaluation.
   if (start >= t.max_steps && !files.promoted() && (!resumed || stored_max_steps != t.max_steps))
     checkpoint(t.max_steps);
-  held_out(std::max(start, t.max_steps), true);
+  // Interrupted here, the checkpoint of the last step is written: resuming runs this
+  // evaluation again.
+  if (const int sig = held_out(std::max(start, t.max_steps), true); sig != 0)
+    throw interrupted(std::max(start, t.max_steps), sig);
   if (!std::isfinite(result.eval_loss))
     throw std::runtime_error(fmt::format(
         "the final evaluation's loss is {}: the weights at step {} produce NaN or inf on "

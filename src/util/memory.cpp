@@ -34,6 +34,23 @@ std::atomic<int64_t> g_live{0}, g_peak{0};
 
 }  // namespace
 
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return physical_memory_bytes();
+}
+
+void check_available_memory(double bytes, const std::string& what, const std::string& hint) {
+  const double have = static_cast<double>(available_memory_bytes());
+  if (have <= 0 || bytes <= 0.9 * have) return;
+  throw std::runtime_error(fmt::format(
+      "{} needs about {:.1f} GiB of memory, more than the {:.1f} GiB available (MemAvailable){}",
+      what, bytes / (1 << 30), have / (1 << 30), hint));
+}
+
 int64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return 0;

@@ -105,8 +105,14 @@ void check_interrupt() {
   if (t_interrupt_check) (*t_interrupt_check)();
 }
 
+// A check set inside another runs first, then the outer one: the trainer's stop-signal check
+// during an evaluation keeps the Python bindings' Ctrl-C check working.
 ScopedInterruptCheck::ScopedInterruptCheck(std::function<void()> check)
-    : check_(std::move(check)), previous_(t_interrupt_check) {
+    : previous_(t_interrupt_check) {
+  check_ = [inner = std::move(check), outer = previous_] {
+    inner();
+    if (outer) (*outer)();
+  };
   t_interrupt_check = &check_;
 }
 

@@ -193,6 +193,9 @@ class CorruptCheckpoint : public ::testing::Test {
     fs::remove_all(run);
     fs::copy(dir_ + "/good", run, fs::copy_options::recursive);
     write_zip(run + "/checkpoint.pt", entries);
+    // The checkpoint is the case; a config.toml copied from the good run would be refused
+    // first wherever the crafted checkpoint's configuration differs from it.
+    fs::remove(run + "/config.toml");
     return run;
   }
 

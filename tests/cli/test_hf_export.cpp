@@ -227,10 +227,14 @@ TEST(HfExport, TheFolderIsReplacedOnlyWithOverwriteAndOnlyAnExport) {
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.output, "folder '" + hf + "' exists and is not empty; give --overwrite"))
       << r.output;
+  // --overwrite replaces what an export writes and keeps what the user added (a model
+  // card); a tokenizer.model is an export's file, gone when the new export has none.
   std::ofstream(hf + "/README.md") << "notes\n";
+  std::ofstream(hf + "/tokenizer.model") << "stale";
   r = exp(hf, "--overwrite");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_FALSE(fs::exists(hf + "/README.md"));  // the folder is the new export, whole
+  EXPECT_EQ(read_text(hf + "/README.md"), "notes\n");
+  EXPECT_FALSE(fs::exists(hf + "/tokenizer.model"));
   EXPECT_EQ(read_text(hf + "/model.safetensors"), before);
   EXPECT_TRUE(no_temporaries(dir));
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "seqmix/models/presets.h"
@@ -49,6 +50,44 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
         std::to_string(bytes.size()) + ":" + std::to_string(std::hash<std::string>{}(bytes));
   }
   return m;
+}
+
+// config.toml is the readable copy of the checkpoint's configuration: an edit would be
+// ignored by eval and overwritten by --resume, so both refuse it, naming the keys.
+TEST(RunFolder, AnEditedConfigTomlIsRefusedNotIgnored) {
+  const std::string dir = seqmix::testing::temp_dir("rf-config-edit");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  const std::string run = dir + "/run";
+  const std::string args = std::string("train ") + kTiny + "--data " + data;
+  ASSERT_EQ(run_cli(args + " --max-steps 2 --out " + run).code, 0);
+  const std::string original = read_text(run + "/config.toml");
+  std::string edited = original;
+  const size_t at = edited.find("\nlr = ");
+  ASSERT_NE(at, std::string::npos) << original;
+  edited.insert(at + 6, "9");  // lr = 9<old value>
+  std::ofstream(run + "/config.toml") << edited;
+  const auto before = snapshot(run);
+  for (const std::string& cmd : {"eval " + run, args + " --out " + run + " --resume --max-steps 3",
+                                 "generate " + run + " --max-new-tokens 2"}) {
+    const auto r = run_cli(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("config.toml' differs from the run's checkpoint: train.lr (--lr) "
+                            "= 9"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(snapshot(run), before) << cmd;
+  }
+  std::ofstream(run + "/config.toml") << "this is not [toml";
+  auto r = run_cli("eval " + run);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("not valid TOML at line 1"), std::string::npos) << r.output;
+  std::ofstream(run + "/config.toml") << original;  // put back: all is well again
+  EXPECT_EQ(run_cli("eval " + run).code, 0);
+  fs::remove(run + "/config.toml");  // removed: the checkpoint is the configuration
+  EXPECT_EQ(run_cli("eval " + run).code, 0);
+  r = run_cli(args + " --out " + run + " --resume --max-steps 3");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(read_text(run + "/config.toml").find("max_steps = 3") != std::string::npos, true);
 }
 
 TEST(RunFolder, AnExistingRunIsRefusedWithoutResumeOrOverwrite) {
@@ -459,6 +498,46 @@ TEST(RunFolder, SigintCheckpointsTheStepAndSaysHowToResume) {
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0));
   EXPECT_NO_THROW(train::read_checkpoint_config(dir + "/run/checkpoint.pt"));
+}
+
+// The final evaluation scores the whole held-out split (minutes on a large corpus): a signal
+// stops it between batches and says so; the last step's checkpoint is there for --resume.
+TEST(RunFolder, SigintDuringTheFinalEvaluationStopsItAndKeepsTheCheckpoint) {
+  const std::string dir = seqmix::testing::temp_dir("rf-sigint-eval");
+  {
+    // 12 MB of text: a held-out split (the last 10%) that takes the tiny model many seconds.
+    std::ofstream out(dir + "/big.txt");
+    std::mt19937 gen(3);
+    std::string line;
+    for (int i = 0; i < 200000; ++i) {
+      line.assign(59, 'a');
+      for (auto& c : line) c = static_cast<char>('a' + gen() % 26);
+      out << line << '\n';
+    }
+  }
+  const std::string args = std::string("train ") + kTiny + "--max-steps 2 --data " + dir +
+                           "/big.txt --out " + dir + "/run";
+  const pid_t pid = spawn(args, dir + "/log");
+  for (int i = 0; i < 1200 && read_text(dir + "/log").find("final evaluation:") ==
+                                  std::string::npos;
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(read_text(dir + "/log").find("final evaluation:"), std::string::npos)
+      << read_text(dir + "/log");
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string log = read_text(dir + "/log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << log;
+  EXPECT_NE(log.find("interrupted by SIGINT after step 2 of 2"), std::string::npos) << log;
+  const auto lines = train::read_metrics(dir + "/run/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["event"], "interrupted");
+  for (const auto& l : lines) EXPECT_FALSE(l.contains("final") && l["final"] == true) << l;
+  // The checkpoint of step 2 was written before the evaluation: --resume evaluates it.
+  models::SequenceModel m(train::read_checkpoint_config(dir + "/run/checkpoint.pt").model);
+  EXPECT_EQ(train::load_checkpoint(dir + "/run/checkpoint.pt", m, nullptr), 2);
 }
 
 }  // namespace

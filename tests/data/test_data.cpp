@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "seqmix/data/byte_corpus.h"
@@ -50,6 +51,29 @@ TEST(ByteCorpus, MissingSourcesGiveClearErrors) {
                std::runtime_error);
   EXPECT_THROW(data::ByteCorpus::load(write(dir + "/enwik8", "too short"), "data"),
                std::runtime_error);
+}
+
+// A corpus larger than the machine's memory is refused from its size before a byte is read
+// (a sparse file: 1 TiB that takes no disk), not left to the kernel's OOM killer.
+TEST(ByteCorpus, ACorpusBeyondMemoryIsRefusedBeforeItIsRead) {
+  const std::string dir = seqmix::testing::temp_dir("corpus-huge");
+  const std::string path = dir + "/huge.txt";
+  std::ofstream(path).close();
+  std::filesystem::resize_file(path, uint64_t{1} << 40);
+  for (const std::string& source : {path, dir}) {
+    try {
+      data::ByteCorpus::load(source, "unused");
+      FAIL() << "no error for " << source;
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("data: loading '" + source + "' (1099511627776 bytes"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("needs about 2048.0 GiB of memory, more than the"), std::string::npos)
+          << msg;
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(ByteCorpus, SotuSplitWhenTheDataIsInstalled) {

@@ -76,14 +76,14 @@ def seqmix_classes():
 
 class UserOps:
     """What a PyTorch user writes for the same models: the papers' algorithms in plain
-    PyTorch (seqmix._torch_ops, the ops of seqmix.reference: Algorithm 1's shift-and-add
-    levels, the CES FFT form, the Extractor's FFT convolution) and attention through
-    F.scaled_dot_product_attention."""
+    PyTorch (seqmix._torch_ops: Algorithm 1's shift-and-add levels with one maximum per
+    sequence, aib_scan_literal; the CES FFT form; the Extractor's FFT convolution) and
+    attention through F.scaled_dot_product_attention."""
 
     @staticmethod
     def aib_scan(a, v, w, mask, direction, weights, impl):
         from seqmix import _torch_ops
-        return _torch_ops.aib_scan(a, v, w, mask, direction, weights)
+        return _torch_ops.aib_scan_literal(a, v, w, mask, direction, weights)
 
     @staticmethod
     def ces_scan(x, mu, c, mask, direction, impl):

@@ -162,7 +162,9 @@ TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
       EXPECT_LT(seqmix::testing::max_abs_err(o, expect), dtype == at::kFloat ? 1e-4 : 1e-10)
           << dtype << " " << top;
     }
-    if (tc.fast) EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    if (tc.fast) {
+      EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    }
     // Gradients: float32 against float64, both fused.
     std::vector<at::Tensor> g64, g32;
     for (auto dtype : {at::kDouble, at::kFloat}) {
@@ -175,7 +177,9 @@ TEST(AIBFusedStability, DistanceWeightsBeyondFloatRangeStayOnTheFastPath) {
       auto& out = dtype == at::kDouble ? g64 : g32;
       out = {ad.grad(), vd.grad(), wd.grad()};
     }
-    if (tc.fast) EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    if (tc.fast) {
+      EXPECT_EQ(seqmix::ops::aib_scan_fallbacks(), before) << top;
+    }
     for (size_t i = 0; i < 3; ++i) {
       const double scale = g64[i].abs().max().item<double>() + 1;
       EXPECT_LT(seqmix::testing::max_abs_err(g32[i].to(at::kDouble) / scale, g64[i] / scale),
@@ -278,6 +282,51 @@ TEST(AIBScan, LargeActivationsDoNotOverflow) {
   at::Tensor o =
       seqmix::ops::aib_scan_reference(a, v, w, {}, Direction::causal, AIBWeights::prefix_exp);
   EXPECT_TRUE(at::isfinite(o).all().item<bool>());
+}
+
+// A later A far above the rest must not zero the earlier windows (one maximum per sequence
+// underflows them) nor reach an earlier causal output: reference and closed form both.
+TEST(AIBScan, ReferenceAndClosedFormAreExactAndCausalAtAnySpread) {
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    const double spike = dtype == at::kFloat ? 120.0 : 800.0;
+    at::Tensor a = at::zeros({1, 8, 1}, dtype);
+    a[0][3][0] = spike;
+    const at::Tensor v = at::arange(1, 9, at::TensorOptions(dtype)).view({1, 8, 1});
+    const at::Tensor w = at::zeros({3, 1}, dtype);
+    const at::Tensor expect = seqmix::ops::aib_scan_kernel(a, v, w, {}, Direction::causal,
+                                                           AIBWeights::prefix_exp);
+    const at::Tensor first = at::tensor({1.0, 1.5, 2.0}, at::TensorOptions(dtype));
+    EXPECT_TRUE(at::allclose(expect.view({-1}).narrow(0, 0, 3), first));
+    at::Tensor later = a.clone();
+    later[0][6][0] = -spike;
+    for (const auto* name : {"reference", "closed form"}) {
+      auto run = [&](const at::Tensor& x) {
+        return std::string(name) == "reference"
+                   ? seqmix::ops::aib_scan_reference(x, v, w, {}, Direction::causal,
+                                                     AIBWeights::prefix_exp)
+                   : seqmix::ops::aib_scan_closed_form(x, v, w, {}, Direction::causal,
+                                                       AIBWeights::prefix_exp);
+      };
+      const at::Tensor o = run(a);
+      EXPECT_LT(seqmix::testing::max_abs_err(o, expect), 1e-5) << name << " " << dtype;
+      EXPECT_TRUE(at::equal(run(later).narrow(1, 0, 6), o.narrow(1, 0, 6))) << name;
+    }
+  }
+  // A wide spread in float32 against float64, both directions and a mask.
+  torch::manual_seed(6);
+  const at::Tensor a = at::randn({2, 40, 4}, at::kDouble) * 300, v = at::randn({2, 40, 4}, at::kDouble);
+  const at::Tensor w = at::randn({6, 4}, at::kDouble) * 20;
+  const at::Tensor mask = at::rand({2, 40}) > 0.2;
+  for (auto dir : {Direction::causal, Direction::bidirectional}) {
+    const at::Tensor cf = seqmix::ops::aib_scan_closed_form(a, v, w, mask, dir, AIBWeights::exp);
+    const at::Tensor ref =
+        seqmix::ops::aib_scan_reference(a.to(at::kFloat), v.to(at::kFloat), w.to(at::kFloat),
+                                        mask, dir, AIBWeights::exp);
+    EXPECT_LT(seqmix::testing::max_abs_err(ref.to(at::kDouble), cf), 1e-4);
+    EXPECT_LT(seqmix::testing::max_abs_err(
+                  seqmix::ops::aib_scan_kernel(a, v, w, mask, dir, AIBWeights::exp), cf),
+              1e-10);
+  }
 }
 
 TEST(AIBScan, FullyPaddedRowGivesZeroOutputAndZeroGradient) {

@@ -17,7 +17,8 @@ def test_references_agree_with_seqmix():
 
 
 def test_harness_runs_every_case():
-    p = _bench("-L", "64", "128", "-B", "1", "-D", "64", "--reps", "1", "--json")
+    p = _bench("-L", "64", "128", "-B", "1", "-D", "64", "--reps", "1", "--module-lengths",
+               "32", "--json")
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     pairs = {(r["case"], r["L"]) for r in rows if r.get("kind") == "pair"}
@@ -26,6 +27,9 @@ def test_harness_runs_every_case():
     assert any(r.get("kind") == "overhead" and r["op"] == "aib_scan_kernel" for r in rows)
     fixed = [r for r in rows if r.get("kind") == "overhead_fixed"]
     assert fixed and fixed[0]["python_us"] > 0
+    modules = [r for r in rows if r.get("kind") == "module"]
+    assert modules and all(r["L"] == 32 for r in modules), modules
+    assert all("seqmix_ms" in r and "compiled_ms" in r for r in modules), modules
 
 
 def test_bad_flags_are_refused():

@@ -68,13 +68,15 @@ def test_kernels_have_second_derivatives(direction, masked):
     f = lambda x, ll, la, lb: O.ces_scan(x, O.ces_coefficients(ll, la, lb), mask,
                                          direction=direction)
     assert gradgradcheck(f, (x, ll, la, lb))
-    # The Hessian-vector product of the kernel equals the reference's.
+    # The Hessian-vector product of the kernel equals the reference's. The vector is random:
+    # along all-ones (ga.sum()) it is 0 exactly, O being invariant to a shift of A.
     a, v, w = _aib_inputs(direction)
+    r = torch.randn(a.shape, dtype=a.dtype, generator=torch.Generator().manual_seed(9))
     hvp = []
     for impl in ("kernel", "reference"):
         out = O.aib_scan(a, v, w, mask, direction=direction, impl=impl)
         (ga,) = torch.autograd.grad(out.square().sum(), a, create_graph=True)
-        (h,) = torch.autograd.grad(ga.sum(), a)
+        (h,) = torch.autograd.grad((ga * r).sum(), a)
         hvp.append(h)
     assert hvp[0].abs().sum() > 0
     torch.testing.assert_close(hvp[0], hvp[1])
@@ -246,3 +248,37 @@ def test_a_zero_step_run_reports_no_training_loss(tmp_path):
         "data.source": str(text), "model.max_len": 32, "train.max_steps": 0,
         "train.batch_size": 2, "train.threads": 1})
     assert r["steps"] == 0 and r["train_loss"] is None
+
+
+# --- empty inputs and messages ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Extractor", "CausalMean", "AIBAttention", "CES",
+                                  "SelfAttention"])
+@pytest.mark.parametrize("shape", [(0, 5, 8), (2, 0, 8)])
+def test_every_layer_maps_an_empty_batch_or_sequence_to_an_empty_result(name, shape):
+    import seqmix.nn as N
+    kwargs = {"Extractor": dict(d_model=8, max_len=16), "CausalMean": dict(d_model=8),
+              "AIBAttention": dict(d_model=8, max_len=16), "CES": dict(channels=8),
+              "SelfAttention": dict(d_model=8, n_heads=2)}[name]
+    layer = getattr(N, name)(**kwargs)
+    x = torch.randn(*shape, requires_grad=True)
+    y = layer(x)
+    assert y.shape == shape
+    y.sum().backward()
+    assert x.grad.shape == shape
+    for p in layer.parameters():
+        assert p.grad is None or bool((p.grad == 0).all())
+
+
+def test_a_message_quoting_bytes_that_are_not_utf8_reaches_python_whole(tmp_path):
+    m = seqmix.build("weird-net", "tiny", seed=1)
+    m.save_pretrained(tmp_path / "ok")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((tmp_path / "ok" / "config.json").read_bytes())
+    # An 8-byte header length, then a header of 0xff bytes: the reader quotes it.
+    (bad / "model.safetensors").write_bytes((16).to_bytes(8, "little") + b"\xff" * 16)
+    with pytest.raises(ValueError) as error:
+        seqmix.from_pretrained(bad)
+    message = str(error.value)
+    assert "model.safetensors" in message and "\\xff" in message, message

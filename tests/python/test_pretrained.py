@@ -190,3 +190,76 @@ def test_transformers_loading_is_strict_and_refuses_left_padding(saved, tmp_path
     safetensors.torch.save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="blocks.0.mixer.w"):
         AutoModelForCausalLM.from_pretrained(bad)
+
+
+def test_overwrite_keeps_the_user_s_files_and_non_finite_weights_are_refused(saved, tmp_path):
+    m, path = saved
+    out = tmp_path / "card"
+    m.save_pretrained(out)
+    (out / "README.md").write_text("# my model card\n")
+    m.save_pretrained(out, overwrite=True)
+    assert (out / "README.md").read_text() == "# my model card\n"
+    assert sorted(os.listdir(out)) == ["README.md", "config.json", "model.safetensors"]
+    before = (out / "model.safetensors").read_bytes()
+    broken = seqmix.build("weird-net", "tiny", seed=21)
+    with torch.no_grad():
+        broken.tok_emb.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="tok_emb.weight holds non-finite"):
+        broken.save_pretrained(out, overwrite=True)
+    with pytest.raises(ValueError, match="non-finite"):
+        broken.save_pretrained(tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    assert (out / "model.safetensors").read_bytes() == before
+
+
+def _crafted(path, tmp_path, name, edit_config=None, edit_state=None):
+    import safetensors.torch
+    bad = tmp_path / name
+    bad.mkdir()
+    cfg = json.loads((path / "config.json").read_text())
+    if edit_config:
+        edit_config(cfg)
+    (bad / "config.json").write_text(json.dumps(cfg))
+    state = safetensors.torch.load_file(path / "model.safetensors")
+    if edit_state:
+        edit_state(state)
+    safetensors.torch.save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
+    return bad
+
+
+def test_transformers_loader_makes_seqmix_s_checks(saved, tmp_path):
+    pytest.importorskip("transformers")
+    import seqmix.hf  # noqa: F401
+    from transformers import AutoModelForCausalLM
+    m, path = saved
+
+    def nan(state):
+        state["tok_emb.weight"][1, 2] = float("nan")
+
+    def fmt(cfg):
+        cfg["seqmix"]["format"] = 99
+
+    def sentencepiece(cfg):
+        cfg["seqmix"]["tokenizer"] = "sentencepiece"
+
+    def unknown(cfg):
+        cfg["seqmix"]["config"]["model"]["no_such_key"] = 1
+
+    def lr(cfg):
+        cfg["seqmix"]["config"]["train"]["lr"] = -1
+
+    def huge(cfg):
+        cfg["seqmix"]["config"]["model"]["n_layers"] = 10 ** 6
+        cfg["num_hidden_layers"] = 10 ** 6
+
+    cases = [("nan", None, nan, "non-finite"), ("format", fmt, None, "format"),
+             ("spm", sentencepiece, None, "sentencepiece"),
+             ("unknown", unknown, None, "no_such_key"), ("lr", lr, None, "train.lr"),
+             ("huge", huge, None, "memory|GiB")]
+    for name, cfg_edit, state_edit, message in cases:
+        bad = _crafted(path, tmp_path, name, cfg_edit, state_edit)
+        with pytest.raises(ValueError, match=message) as seqmix_error:
+            seqmix.from_pretrained(bad)
+        with pytest.raises(ValueError, match=message) as hf_error:
+            AutoModelForCausalLM.from_pretrained(bad)
+        assert str(hf_error.value) == str(seqmix_error.value), name

@@ -48,9 +48,15 @@ at::Tensor aib_level_weights(const at::Tensor& w, AIBWeights kind);
 /// @throws c10::Error if K levels cannot represent distance n - 1.
 at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n);
 
-/// Reference AIB scan: the papers' Algorithms 1/2 written literally in ATen ops (autograd
-/// through ATen), stabilised by subtracting the per-(batch, channel) maximum of A over valid
-/// positions (which leaves O unchanged).
+/// Reference AIB scan: the papers' Algorithms 1/2 in ATen ops (autograd through ATen), their
+/// ceil(log2 L) shift-and-add levels carried as (maximum, H e^-max, U e^-max) per position
+/// and channel, each level rescaling the two terms it adds to their larger maximum. Exact
+/// (to rounding) for any finite A and w: a term underflows only where it is negligible beside
+/// the one that set its position's maximum, and an output reads nothing after its position
+/// (causal) even through rounding. (One maximum per sequence, the literal form, underflows
+/// every earlier window once a later A is ~100 larger in float32, ~740 in float64.) O is
+/// linear in V: a (batch, channel) whose |V| reaches 2^64 (float32) or 2^960 (float64) is
+/// computed on V * 2^-64 and scaled back, so H never overflows where O is finite.
 ///
 /// @param a     A = X W_A (+ b_A), [B, L, D], float32 or float64, or bfloat16 (mixed
 ///              precision, common.h).
@@ -81,8 +87,10 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
 /// torch.export); AutocastCPU, autocast switched off inside the op (common.h's rule). Forward
 /// and backward in float32 and float64 (and bfloat16 A, V), gradients for A, V and w.
 ///
-/// Same contract as aib_scan_reference, with a stronger numerical guarantee: no overflow and
-/// no NaN wherever the exact result is finite. Method (details in src/mixers/aib/cpu/):
+/// Same contract as aib_scan_reference, and its numerical guarantee for |V| below 2^64
+/// (float32, bfloat16) or 2^960 (float64): no overflow and no NaN wherever the exact result is
+/// finite. (O is linear in V, but the kernels' sums hold up to 2^100 times |V| in float; V past
+/// that bound, e.g. 3e38, can overflow H to inf; aib_scan_reference scales such V.) Method (details in src/mixers/aib/cpu/):
 /// * Fast path, plain floating point: E = exp(A - c) with one scale c per tile of 128
 ///   positions and channel, the running maximum of A over the valid positions so far plus a
 ///   shift that keeps the largest possible sum inside a tile (prod max(1, W_j) over the

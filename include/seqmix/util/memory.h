@@ -12,6 +12,15 @@ namespace seqmix::util {
 /// system does not say.
 int64_t physical_memory_bytes();
 
+/// Memory the system can give this process now without swapping, bytes: /proc/meminfo's
+/// MemAvailable, or physical_memory_bytes() where the kernel does not say.
+int64_t available_memory_bytes();
+
+/// Checks before a large allocation that `bytes` fit in 90% of available_memory_bytes().
+/// @throws std::runtime_error "<what> needs about <X> GiB of memory, more than the <Y> GiB
+///         available (MemAvailable)<hint>".
+void check_available_memory(double bytes, const std::string& what, const std::string& hint);
+
 /// Installs the counting allocator as LibTorch's CPU allocator (idempotent), in front of the
 /// one in place (the large-block pool, if set_heap_policy() ran first). Tensors that already
 /// exist keep their own deleters and are not counted.

@@ -30,7 +30,8 @@ void reset_stop_signal();
 /// the GIL would otherwise run to its end: Python handles signals only between bytecodes).
 void check_interrupt();
 
-/// Sets this thread's interrupt check for the guard's lifetime (the previous one after).
+/// Sets this thread's interrupt check for the guard's lifetime: check_interrupt() calls it,
+/// then the check that was current before (which is current again after).
 class ScopedInterruptCheck {
  public:
   explicit ScopedInterruptCheck(std::function<void()> check);

@@ -72,9 +72,18 @@ at::Tensor aib_lag_weights(const at::Tensor& level_weights, int64_t n) {
 
 namespace {
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Inputs with padding applied: A = -inf and V = 0 at padded positions (they weigh nothing),
+// and V brought into range: O = H / U is linear in V, so a (batch, channel) whose |V| reaches
+// 2^64 (float32) or 2^960 (float64) is computed on V * 2^-64 and its outputs scaled back by
+// 2^64 (exact: powers of two), which keeps H = sum of weights times V, at most L <= 2^62
+// times max |V|, inside the dtype's range wherever O is. Values below 2^-62 (float32) in such
+// a channel, negligible beside its 2^64, round towards 0.
 struct Prepared {
-  at::Tensor e;      // [B, L, D] exp(A - max), 0 at padded positions
-  at::Tensor ev;     // [B, L, D] E * V
+  at::Tensor a;      // [B, L, D], -inf at padded positions
+  at::Tensor v;      // [B, L, D], 0 at padded positions, times `scale`
+  at::Tensor scale;  // [B, 1, D], 1 or 2^-64, detached
   at::Tensor valid;  // [B, L, 1] bool, or undefined
 };
 
@@ -122,122 +131,71 @@ namespace {
 
 Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mask) {
   Prepared p;
-  at::Tensor a_m = a, v_m = v;
+  p.a = a;
+  p.v = v;
   if (mask.defined()) {
     p.valid = mask.unsqueeze(-1);
-    a_m = a.masked_fill(p.valid.logical_not(), -std::numeric_limits<double>::infinity());
-    v_m = v.masked_fill(p.valid.logical_not(), 0);
+    p.a = a.masked_fill(p.valid.logical_not(), -kInf);
+    p.v = v.masked_fill(p.valid.logical_not(), 0);
   }
-  // Any per-(batch, channel) constant cancels in H / U; the maximum keeps exp <= 1. A NaN
-  // in A is left out of the maximum, so that it spoils only the windows that hold it.
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  at::Tensor m =
-      std::get<0>(at::nan_to_num(a_m, -kInf, kInf, -kInf).max(1, /*keepdim=*/true)).detach();
-  m = at::where(at::isfinite(m), m, at::zeros_like(m));
-  p.e = at::exp(a_m - m);
-  p.ev = p.e * v_m;
+  const double limit = a.scalar_type() == at::kDouble ? 0x1p960 : 0x1p64;
+  const at::Tensor top = p.v.numel() > 0 ? p.v.detach().abs().amax(1, /*keepdim=*/true)
+                                         : at::zeros({a.size(0), 1, a.size(2)}, a.options());
+  p.scale = at::where(top >= limit, at::full_like(top, 0x1p-64), at::ones_like(top));
+  p.v = p.v * p.scale;
   return p;
 }
 
-at::Tensor finish(const at::Tensor& h, const at::Tensor& u, const at::Tensor& valid) {
+at::Tensor finish(const at::Tensor& h, const at::Tensor& u, const Prepared& p) {
   // Where U == 0 nothing valid is in the window: output 0, and keep the division away from
   // 0/0 so that no NaN reaches the gradient either. A NaN in A or V (U or H NaN) stays NaN.
   at::Tensor empty = u == 0;
   at::Tensor o = at::where(empty, at::zeros_like(h), h / at::where(empty, at::ones_like(u), u));
-  if (valid.defined()) o = o.masked_fill(valid.logical_not(), 0);
+  o = o / p.scale;
+  if (p.valid.defined()) o = o.masked_fill(p.valid.logical_not(), 0);
   return o;
 }
 
-// One level of the literal scan: x[s:] += x[:-s] * W (prefix) or x[:-s] += x[s:] * W (suffix),
-// written out of place so autograd can see it.
-at::Tensor shift_add(const at::Tensor& x, const at::Tensor& wj, int64_t s, bool suffix) {
-  const int64_t L = x.size(1);
-  if (!suffix) return x + at::constant_pad_nd(x.narrow(1, 0, L - s) * wj, {0, 0, s, 0});
-  return x + at::constant_pad_nd(x.narrow(1, s, L - s) * wj, {0, 0, 0, s});
+// One level of the scan with a maximum per position: (m, h, u) at i absorbs (m + log W_j, h,
+// u) from i - s (prefix) or i + s (suffix), both rescaled to their larger maximum. h and u are
+// H and U times exp(-m): every exponential taken is at most 1, and a term only underflows
+// where it is negligible beside the one that set the maximum. Out of place, for autograd.
+void level(at::Tensor& m, at::Tensor& h, at::Tensor& u, const at::Tensor& lwj, int64_t s,
+           bool suffix) {
+  const int64_t n = m.size(1);
+  if (s >= n) return;
+  auto shift = [&](const at::Tensor& x, double fill) {
+    return suffix ? at::constant_pad_nd(x.narrow(1, s, n - s), {0, 0, 0, s}, fill)
+                  : at::constant_pad_nd(x.narrow(1, 0, n - s), {0, 0, s, 0}, fill);
+  };
+  const at::Tensor m2 = shift(m, -kInf) + lwj;
+  const at::Tensor top = at::maximum(m, m2);
+  const at::Tensor safe = at::where(at::isneginf(top), at::zeros_like(top), top);
+  const at::Tensor e1 = at::exp(m - safe), e2 = at::exp(m2 - safe);
+  h = h * e1 + shift(h, 0) * e2;
+  u = u * e1 + shift(u, 0) * e2;
+  m = top;
 }
 
-// W [K, D] for the given weighting; with `ones` w may be undefined (PS attention has no
-// parameters), and then K = aib_num_levels(L).
-at::Tensor level_weights_for(const at::Tensor& w, AIBWeights weights, const at::Tensor& a) {
-  if (weights == AIBWeights::ones && !w.defined())
-    return at::ones({aib_num_levels(a.size(1)), a.size(2)}, a.options());
-  return aib_level_weights(w, weights);
-}
-
-}  // namespace
-
-at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                              const at::Tensor& mask, Direction direction, AIBWeights weights) {
-  aib_check_inputs("aib_scan_reference", a, v, w, mask, direction, weights);
+// Weird-Net's Algorithms 1 (causal) and 2 (bidirectional) with their levels carried as
+// (maximum, H e^-max, U e^-max) per position: exact for any finite A and w, and causal (a
+// position's output reads nothing after it, even through rounding). `fn` names the caller.
+at::Tensor scan_per_position_max(const char* fn, const at::Tensor& a, const at::Tensor& v,
+                                 const at::Tensor& w, const at::Tensor& mask,
+                                 Direction direction, AIBWeights weights) {
+  aib_check_inputs(fn, a, v, w, mask, direction, weights);
   const detail::AutocastOff autocast_off;
   if (detail::is_bf16(a))
-    return aib_scan_reference(detail::widen(a), detail::widen(v), detail::widen(w), mask,
-                              direction, weights)
+    return scan_per_position_max(fn, detail::widen(a), detail::widen(v), detail::widen(w),
+                                 mask, direction, weights)
         .to(at::kBFloat16);
   const int64_t L = a.size(1), D = a.size(2);
-  Prepared p = prepare(a, v, mask);
-  at::Tensor H = p.ev, U = p.e;
-  if (L == 0) return finish(H, U, p.valid);
-  const at::Tensor W = level_weights_for(w, weights, a);
-  const int64_t levels = L > 1 ? aib_num_levels(L) : 0;
-  if (direction == Direction::causal) {
-    for (int64_t j = 0; j < levels; ++j) {
-      const int64_t s = int64_t{1} << j;
-      H = shift_add(H, W[j], s, false);
-      U = shift_add(U, W[j], s, false);
-    }
-    return finish(H, U, p.valid);
-  }
-  const int64_t half = D / 2;
-  at::Tensor Hf = H.narrow(2, 0, half), Hb = H.narrow(2, half, half);
-  at::Tensor Uf = U.narrow(2, 0, half), Ub = U.narrow(2, half, half);
-  for (int64_t j = 0; j < levels; ++j) {
-    const int64_t s = int64_t{1} << j;
-    const at::Tensor wj = W[j];
-    Hf = shift_add(Hf, wj.narrow(0, 0, half), s, false);
-    Uf = shift_add(Uf, wj.narrow(0, 0, half), s, false);
-    Hb = shift_add(Hb, wj.narrow(0, half, half), s, true);
-    Ub = shift_add(Ub, wj.narrow(0, half, half), s, true);
-  }
-  return finish(at::cat({Hf, Hb}, 2), at::cat({Uf, Ub}, 2), p.valid);
-}
-
-at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
-                           const at::Tensor& mask, Direction direction, AIBWeights weights) {
-  aib_check_inputs("aib_scan_stable", a, v, w, mask, direction, weights);
-  const detail::AutocastOff autocast_off;
-  if (detail::is_bf16(a))
-    return aib_scan_stable(detail::widen(a), detail::widen(v), detail::widen(w), mask, direction,
-                           weights)
-        .to(at::kBFloat16);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  const int64_t L = a.size(1), D = a.size(2);
-  at::Tensor m = a, h = v, u = at::ones_like(a), valid;
-  if (mask.defined()) {
-    valid = mask.unsqueeze(-1);
-    m = m.masked_fill(valid.logical_not(), -kInf);
-    h = h.masked_fill(valid.logical_not(), 0);
-    u = u.masked_fill(valid.logical_not(), 0);
-  }
+  const Prepared p = prepare(a, v, mask);
+  at::Tensor m = p.a, h = p.v, u = at::ones_like(a);
+  if (p.valid.defined()) u = u.masked_fill(p.valid.logical_not(), 0);
   if (L > 1) {
-    const at::Tensor lw = at::log(level_weights_for(w, weights, a));  // [K, D]
-    // One level: (m, h, u) at i absorbs (m + log W, h, u) from i - s (or i + s), both
-    // rescaled to their larger maximum.
-    auto level = [&](at::Tensor& m, at::Tensor& h, at::Tensor& u, const at::Tensor& lwj,
-                     int64_t s, bool suffix) {
-      const int64_t n = m.size(1);
-      auto shift = [&](const at::Tensor& x, double fill) {
-        return suffix ? at::constant_pad_nd(x.narrow(1, s, n - s), {0, 0, 0, s}, fill)
-                      : at::constant_pad_nd(x.narrow(1, 0, n - s), {0, 0, s, 0}, fill);
-      };
-      const at::Tensor m2 = shift(m, -kInf) + lwj;
-      const at::Tensor top = at::maximum(m, m2);
-      const at::Tensor safe = at::where(at::isneginf(top), at::zeros_like(top), top);
-      const at::Tensor e1 = at::exp(m - safe), e2 = at::exp(m2 - safe);
-      h = h * e1 + shift(h, 0) * e2;
-      u = u * e1 + shift(u, 0) * e2;
-      m = top;
-    };
+    // log W straight from w (cumsum(w) for prefix_exp): W itself may overflow or underflow.
+    const at::Tensor lw = aib_log_weights(w, a, weights);  // [K, D]
     const int64_t levels = aib_num_levels(L);
     if (direction == Direction::causal) {
       for (int64_t j = 0; j < levels; ++j) level(m, h, u, lw[j], int64_t{1} << j, false);
@@ -254,7 +212,19 @@ at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::T
       u = at::cat({uf, ub}, 2);
     }
   }
-  return finish(h, u, valid);
+  return finish(h, u, p);
+}
+
+}  // namespace
+
+at::Tensor aib_scan_reference(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                              const at::Tensor& mask, Direction direction, AIBWeights weights) {
+  return scan_per_position_max("aib_scan_reference", a, v, w, mask, direction, weights);
+}
+
+at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
+                           const at::Tensor& mask, Direction direction, AIBWeights weights) {
+  return scan_per_position_max("aib_scan", a, v, w, mask, direction, weights);
 }
 
 at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
@@ -267,34 +237,52 @@ at::Tensor aib_scan_closed_form(const at::Tensor& a, const at::Tensor& v, const 
                                 direction, weights)
         .to(at::kBFloat16);
   const int64_t L = a.size(1), D = a.size(2);
-  Prepared p = prepare(a, v, mask);
-  const at::Tensor lag = aib_lag_weights(level_weights_for(w, weights, a), L);  // [L, D]
-  // Weight matrix M[i, j, c] = a_{i-j}[c] for j <= i (causal), a_{j-i}[c] for j >= i (suffix).
-  at::Tensor idx = at::arange(L, a.options().dtype(at::kLong));
-  at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);  // [L, L] i - j
-  auto weight_matrix = [&](const at::Tensor& lag_c, bool suffix) {
-    at::Tensor d = suffix ? -dist : dist;
-    at::Tensor ok = d >= 0;
-    at::Tensor g = lag_c.index({d.clamp_min(0)});  // [L, L, C]
-    return g * ok.unsqueeze(-1).to(g.scalar_type());
+  const Prepared p = prepare(a, v, mask);
+  // log a_d = sum of log W_k over the bits k of d, built as log a_{d - lowest bit} + log W_bit.
+  const at::Tensor lw = aib_log_weights(w, a, weights);
+  std::vector<at::Tensor> lag_v;
+  for (int64_t d = 0; d < L; ++d) {
+    if (d == 0) {
+      lag_v.push_back(at::zeros_like(lw[0]));
+      continue;
+    }
+    const int64_t low = d & (-d);
+    lag_v.push_back(lag_v[static_cast<size_t>(d - low)] +
+                    lw[__builtin_ctzll(static_cast<unsigned long long>(low))]);
+  }
+  if (L == 0) return finish(p.v, at::zeros_like(p.v), p);
+  const at::Tensor log_lag = at::stack(lag_v, 0);  // [L, D]
+  // S[b, i, j, c] = log a_{|i-j|}[c] + A[b, j, c] where j is in i's window, -inf elsewhere;
+  // O_i = sum_j softmax_j(S) V_j, each row shifted by its own maximum.
+  const at::Tensor idx = at::arange(L, a.options().dtype(at::kLong));
+  const at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);  // [L, L] i - j
+  auto scores = [&](const at::Tensor& lag_c, const at::Tensor& a_c, bool suffix) {
+    const at::Tensor d = suffix ? -dist : dist;
+    const at::Tensor g = lag_c.index({d.clamp_min(0)});  // [L, L, C]
+    const at::Tensor prior = g.masked_fill((d < 0).unsqueeze(-1), -kInf);
+    return prior.unsqueeze(0) + a_c.unsqueeze(1);  // [B, L, L, C]
   };
-  auto apply = [&](const at::Tensor& M, const at::Tensor& x) {  // x [B, L, C]
-    return at::einsum("ijc,bjc->bic", {M, x});
+  auto weigh = [&](const at::Tensor& s, const at::Tensor& v_c) {  // -> (H, U) [B, L, C]
+    at::Tensor top = std::get<0>(s.max(2, /*keepdim=*/true));
+    top = at::where(at::isneginf(top), at::zeros_like(top), top).detach();
+    const at::Tensor e = at::exp(s - top);
+    return std::make_pair((e * v_c.unsqueeze(1)).sum(2), e.sum(2));
   };
   at::Tensor H, U;
   if (direction == Direction::causal) {
-    at::Tensor M = weight_matrix(lag, false);
-    H = apply(M, p.ev);
-    U = apply(M, p.e);
+    std::tie(H, U) = weigh(scores(log_lag, p.a, false), p.v);
   } else {
     const int64_t half = D / 2;
-    at::Tensor Mf = weight_matrix(lag.narrow(1, 0, half), false);
-    at::Tensor Mb = weight_matrix(lag.narrow(1, half, half), true);
-    H = at::cat({apply(Mf, p.ev.narrow(2, 0, half)), apply(Mb, p.ev.narrow(2, half, half))}, 2);
-    U = at::cat({apply(Mf, p.e.narrow(2, 0, half)), apply(Mb, p.e.narrow(2, half, half))}, 2);
+    auto [hf, uf] = weigh(scores(log_lag.narrow(1, 0, half), p.a.narrow(2, 0, half), false),
+                          p.v.narrow(2, 0, half));
+    auto [hb, ub] = weigh(scores(log_lag.narrow(1, half, half), p.a.narrow(2, half, half), true),
+                          p.v.narrow(2, half, half));
+    H = at::cat({hf, hb}, 2);
+    U = at::cat({uf, ub}, 2);
   }
-  return finish(H, U, p.valid);
+  return finish(H, U, p);
 }
+
 
 at::Tensor aib_scan(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                     const at::Tensor& mask, Direction direction, AIBWeights weights,

@@ -17,12 +17,9 @@ inline AIBWeights aib_weights_arg(const char* op, c10::string_view s) {
 void aib_check_inputs(const char* fn, const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                       const at::Tensor& mask, Direction direction, AIBWeights weights);
 
-/// The reference's log-depth scan carrying a maximum per position (m, H e^-m, U e^-m)
-/// instead of one per sequence, in ATen: exact for any finite A -- no term underflows
-/// unless it is negligible where it is summed -- where the reference's single maximum
-/// underflows every window far below it (|A| in the thousands). The fused kernel falls back
-/// to it for A outside its exponent range; NaN in A or V gives NaN in the windows that hold
-/// it. Same contract as aib_scan_reference; about 3x its cost.
+/// aib_scan_reference's arithmetic (a maximum per position; exact for any finite A) with its
+/// messages naming "aib_scan": the fused kernels fall back to it for A outside their exponent
+/// range; NaN in A or V gives NaN in the windows that hold it.
 at::Tensor aib_scan_stable(const at::Tensor& a, const at::Tensor& v, const at::Tensor& w,
                            const at::Tensor& mask, Direction direction, AIBWeights weights);
 

@@ -61,6 +61,9 @@ at::Tensor extractor_conv_kernel(const at::Tensor& x, const at::Tensor& w) {
     return extractor_conv_kernel(detail::widen(x), detail::widen(w)).to(at::kBFloat16);
   const int64_t t = concrete(x.sym_size(1));
   if (t == 0) return at::zeros_like(x);
+  // An empty batch: the FFT libraries refuse a transform of no signals (MKL: "Inconsistent
+  // configuration parameters"); the empty result, still a function of w for autograd.
+  if (x.numel() == 0) return at::matmul(x, w[0]);
   // Linear (not circular) convolution needs n >= 2t - 1; a power of two keeps the FFT fast.
   int64_t n = 1;
   while (n < 2 * t - 1) n <<= 1;

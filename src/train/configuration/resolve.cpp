@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "seqmix/train/classify.h"
 #include "seqmix/dist/process_group.h"
 #include "seqmix/util/files.h"
+#include "seqmix/util/memory.h"
 #include "seqmix/util/run_folder.h"
 
 namespace seqmix::train {
@@ -113,6 +116,7 @@ TrainingRun prepare_training(const TrainingRequest& request) {
       return;
     }
     const CheckpointFile* stored = run.options.checkpoint.get();
+    if (stored) check_config_copy(stored->path(), stored->config());
     run.config = resolve_run(request.config, stored ? &stored->config() : nullptr);
   };
   if (request.group)
@@ -132,14 +136,78 @@ FinishedRun run_training(const TrainingRequest& request) {
   return done;
 }
 
+namespace {
+
+// "section.key" -> the value as RunConfig::to_toml writes it (one "key = value" per line
+// under "[section]" headers), for naming the keys where two configurations differ.
+std::map<std::string, std::string> flat_keys(const std::string& toml_text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(toml_text);
+  std::string section, line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.front() == '[') {
+      section = line.substr(1, line.find(']') - 1) + ".";
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos || line.front() == '#') continue;
+    out[section + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_config_copy(const std::string& checkpoint_path, const RunConfig& stored) {
+  namespace fs = std::filesystem;
+  const fs::path ckpt(checkpoint_path);
+  if (ckpt.filename() != "checkpoint.pt") return;  // a checkpoint file outside a run folder
+  const fs::path file = ckpt.parent_path() / "config.toml";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return;  // removed: the next checkpoint writes it
+  const std::string where = "'" + file.string() + "'";
+  const std::string why =
+      "; a run's configuration is the one in its checkpoint.pt, and config.toml is only its "
+      "copy, which seqmix never reads back (eval would ignore an edit, --resume overwrite "
+      "it). Put the file back as it was, or remove it (the next checkpoint writes it again); "
+      "change a key on resume with --set (train.max_steps, the intervals, threads, device), "
+      "or start a new run from the edited file with --config";
+  RunConfig copy;
+  try {
+    copy = RunConfig::from_toml(data::read_regular_file(file.string(), "config.toml"),
+                                file.string());
+  } catch (const std::exception& e) {  // not TOML, an unknown key, a wrong type
+    throw std::runtime_error(where + " does not read as a configuration: " + e.what() + why);
+  }
+  const std::string want = stored.to_toml(), have = copy.to_toml();
+  if (want == have) return;
+  const auto a = flat_keys(have), b = flat_keys(want);
+  std::vector<std::string> diffs;
+  for (const auto& [key, value] : b) {
+    const auto it = a.find(key);
+    const std::string mine = it == a.end() ? "(absent)" : it->second;
+    if (mine != value)
+      diffs.push_back(key + " = " + mine + " there, " + value + " in the checkpoint");
+  }
+  for (const auto& [key, value] : a)
+    if (!b.count(key)) diffs.push_back(key + " = " + value + " there, absent in the checkpoint");
+  std::string list;
+  for (size_t i = 0; i < diffs.size() && i < 4; ++i) list += (i ? "; " : "") + diffs[i];
+  if (diffs.size() > 4) list += fmt::format("; and {} more", diffs.size() - 4);
+  throw std::runtime_error(where + " differs from the run's checkpoint: " + list + why);
+}
+
 LoadedRun load_run(const std::string& run) {
-  CheckpointFile checkpoint(find_checkpoint(run));
+  const std::string path = find_checkpoint(run);
+  CheckpointFile checkpoint(path);
   LoadedRun loaded;
   loaded.config = checkpoint.config();
   loaded.config.check_resources(false);  // a stored configuration too large to hold
   loaded.tokenizer = checkpoint.tokenizer();
   loaded.model = models::SequenceModel(loaded.config.model);
   checkpoint.load(loaded.model, nullptr);
+  // After the checkpoint itself is verified: a damaged checkpoint is the first thing to say.
+  check_config_copy(path, checkpoint.config());
   loaded.model->eval();
   return loaded;
 }
@@ -169,9 +237,17 @@ EvalSet load_eval_set(RunConfig& config, const data::Tokenizer& tokenizer,
   if (!request.data.empty()) d.source = request.data;
   if (!request.split.empty()) d.eval_split = request.split;
   set.split = d.eval_split;
-  set.tokens = data::TokenCorpus::build(data::ByteCorpus::load(d.source, d.dir, d.eval_split),
-                                        tokenizer)
-                   .eval;
+  const data::ByteCorpus corpus = data::ByteCorpus::load(d.source, d.dir, d.eval_split);
+  // Only the held-out split is scored: its tokens alone (the training split's are 9x more).
+  util::check_available_memory(
+      4.0 * static_cast<double>(corpus.eval().size()),
+      "`data`: the held-out tokens of '" + d.source + "' (up to one per byte, 4 bytes each)",
+      "");
+  set.tokens = tokenizer.encode(corpus.eval());
+  if (set.tokens.size() < 2)
+    throw std::runtime_error("data: the held-out split of '" + d.source + "' encodes to " +
+                             std::to_string(set.tokens.size()) +
+                             " tokens; at least 2 are needed");
   return set;
 }
 

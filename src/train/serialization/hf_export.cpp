@@ -224,6 +224,34 @@ bool is_export_file(const std::string& name) {
   return name == "config.json" || name == "model.safetensors";
 }
 
+// The files an export writes; --overwrite replaces these and keeps every other file.
+bool written_by_export(const std::string& name) {
+  return is_export_file(name) || name == "tokenizer.model";
+}
+
+// Carries the files a user added to an export's folder (a README.md model card, say) into
+// the new folder before the swap, so --overwrite replaces only what seqmix wrote. Hard links
+// (tmp is a sibling, one file system) cost nothing; a copy where links are refused.
+void carry_user_files(const fs::path& out, const fs::path& tmp) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (written_by_export(name)) continue;
+    std::error_code link_ec;
+    fs::create_hard_link(e.path(), tmp / name, link_ec);
+    if (!link_ec) continue;
+    std::error_code copy_ec;
+    fs::copy_file(e.path(), tmp / name, copy_ec);
+    if (copy_ec)
+      throw std::runtime_error("export: cannot keep '" + e.path().string() +
+                               "' (a file seqmix did not write) in the new export: " +
+                               copy_ec.message() + "; nothing was replaced");
+  }
+  if (ec)
+    throw std::runtime_error("export: cannot read folder '" + out.string() + "': " +
+                             ec.message());
+}
+
 // What `out` is now: absent (false), an empty folder (false) or a folder holding files
 // (true, only with `overwrite`, and only an export's folder). Anything else is refused: a
 // file, link, FIFO or device at `out` (seqmix never writes through or over one), a run's
@@ -369,6 +397,7 @@ void export_run_hf(const std::string& run_or_checkpoint, const std::string& out_
     sync_folder(tmp);
     // The folder may have changed while the model was read and written: judge it again.
     full = check_out_dir(trimmed, overwrite);
+    if (full) carry_user_files(out, tmp);
     put_in_place(tmp, out, full);
     sync_folder(parent);
   } catch (...) {

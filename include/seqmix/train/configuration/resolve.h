@@ -136,12 +136,22 @@ struct LoadedRun {
   models::SequenceModel model{nullptr};  ///< in eval mode
 };
 
+/// A run folder's config.toml is the readable copy of the configuration its checkpoint.pt
+/// holds, which is the run's; seqmix never reads the copy back. Where `checkpoint_path` is
+/// a run folder's checkpoint.pt and the folder holds a config.toml, that file must parse
+/// (RunConfig::from_toml) to the same configuration as `stored`: a hand edit would
+/// otherwise be ignored by eval and generate, and overwritten by --resume.
+/// @throws std::runtime_error naming the file and up to four differing keys with both
+///         values, or the TOML error, and saying how to go on.
+void check_config_copy(const std::string& checkpoint_path, const RunConfig& stored);
+
 /// Loads `run` (a run folder or a checkpoint file; find_checkpoint) for evaluation or
 /// generation: the checkpoint is read and verified once, its configuration checked against
 /// this machine (RunConfig::check_resources(false): a model too large to hold is refused
 /// before it is built), then the weights loaded.
 /// @throws std::runtime_error naming the path: missing, corrupt or incompatible checkpoint
-///         (CheckpointFile), or a configuration this machine cannot hold.
+///         (CheckpointFile), a configuration this machine cannot hold, or a config.toml
+///         beside it that differs (check_config_copy).
 LoadedRun load_run(const std::string& run);
 
 /// What an evaluation of a stored run should score, beside the run's own configuration.

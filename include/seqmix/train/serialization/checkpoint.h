@@ -82,6 +82,8 @@ class CheckpointFile {
   ///         storage 'archive/data/0' holds 100"), or holds an invalid configuration.
   explicit CheckpointFile(std::string path);
   const RunConfig& config() const { return config_; }
+  /// The file's path as given.
+  const std::string& path() const { return path_; }
   /// The data the run trained on (empty hash for a checkpoint that does not record it).
   const DataFingerprint& data_fingerprint() const { return data_; }
   /// As read_checkpoint_tokenizer().

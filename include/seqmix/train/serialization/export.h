@@ -118,7 +118,9 @@ void export_run(const std::string& run_or_checkpoint, const std::string& out_fil
 /// killed before that leaves only this hidden sibling). An absent or empty `out_dir` is
 /// replaced; one that holds files only with `overwrite`, and only once the new folder is
 /// complete (an atomic exchange where the file system has one), and only if it holds an
-/// export: files only, among them config.json or model.safetensors.
+/// export: files only, among them config.json or model.safetensors. `overwrite` replaces what
+/// an export writes (config.json, model.safetensors, tokenizer.model) and keeps every other
+/// file a user put there (a README.md model card): each is carried into the new folder.
 /// @throws std::runtime_error as load_run for the run; "export: folder '<out_dir>' exists
 ///         and is not empty; give `overwrite` to replace it"; naming `out_dir` when it is a
 ///         file, symbolic link, FIFO or device, a run's folder or inside one, a folder that
