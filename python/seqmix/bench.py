@@ -630,7 +630,7 @@ def run_modules(args, rep: Reporter) -> List[Dict]:
              "ms:".format(D, EXTRACTOR_D, MODEL_D, MODEL_LAYERS))
     rep.text("{:<22} {:>6} {:>9} {:>10} {:>10} {:>8} {:>9}".format(
         "module", "L", "seqmix", "reference", "compiled", "vs ref", "vs comp."))
-    for kind in MODULE_KINDS:
+    for kind in args.modules:
         for L in args.module_lengths:
             rep.progress("  modules {} L={} ...".format(kind, L))
             fast, ref, x, loss = module_pair(kind, B, L, D, args.seed)
@@ -939,6 +939,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--module-lengths", type=positive_int, nargs="+", default=MODULE_LENGTHS,
                    metavar="L", help="sequence lengths of the modules case "
                    "(default: %(default)s)")
+    p.add_argument("--modules", nargs="+", choices=MODULE_KINDS, default=MODULE_KINDS,
+                   metavar="MODULE", help="the layers and models of the modules case, of: "
+                   "{} (default: all)".format(", ".join(MODULE_KINDS)))
     p.add_argument("--reps", type=positive_int, default=5,
                    help="timed runs per measurement, median reported (default: %(default)s)")
     p.add_argument("--cases", nargs="+", choices=CASES, default=CASES, metavar="CASE",
@@ -970,6 +973,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.cases = [c for c in CASES if c in args.cases]  # canonical order, no repeats
     args.lengths = list(dict.fromkeys(args.lengths))
     args.module_lengths = list(dict.fromkeys(args.module_lengths))
+    args.modules = [m for m in MODULE_KINDS if m in args.modules]
     return args
 
 

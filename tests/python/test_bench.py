@@ -17,8 +17,10 @@ def test_references_agree_with_seqmix():
 
 
 def test_harness_runs_every_case():
+    # Every case at toy sizes; of the modules (each compiled: ~10 s apiece on 2 cores) one
+    # layer and one model.
     p = _bench("-L", "64", "128", "-B", "1", "-D", "64", "--reps", "1", "--module-lengths",
-               "32", "--json")
+               "32", "--modules", "AIBAttention", "weird-net-a", "--json")
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     pairs = {(r["case"], r["L"]) for r in rows if r.get("kind") == "pair"}
@@ -28,7 +30,8 @@ def test_harness_runs_every_case():
     fixed = [r for r in rows if r.get("kind") == "overhead_fixed"]
     assert fixed and fixed[0]["python_us"] > 0
     modules = [r for r in rows if r.get("kind") == "module"]
-    assert modules and all(r["L"] == 32 for r in modules), modules
+    assert {r["module"] for r in modules} == {"AIBAttention", "weird-net-a"}, modules
+    assert all(r["L"] == 32 for r in modules), modules
     assert all("seqmix_ms" in r and "compiled_ms" in r for r in modules), modules
 
 
