@@ -165,7 +165,12 @@ def aib_scan_literal(a, v, w, mask=None, direction="causal", weights="prefix_exp
 def ces_scan(x, mu, c, mask=None, direction="causal", impl=None):
     """Complex exponential smoothing, ETSMLP eq. 10 (eq. 14 bidirectional), as the authors'
     code computes it: a convolution with the Vandermonde kernel K[n] = Re(c mu^n) by FFT.
-    x [B, L, H]; mu, c [C, 2] (C = H, or 2H: forward rows then backward rows) -> [B, L, H]."""
+    x [B, L, H]; mu, c [C, 2] (C = H, or 2H: forward rows then backward rows) -> [B, L, H].
+    The FFT's rounding error is absolute (about eps log2(L) max|x| sum|K| per batch and
+    channel) and reaches every position, the causal form's earlier ones too: outputs far
+    below that bound are not exact, and a huge later input moves earlier outputs by its
+    rounding (the extension's recurrence, ``torch.ops.seqmix.ces_scan``, is exact position
+    by position and causal exactly)."""
     if x.dtype == torch.bfloat16:
         with _float32():
             return ces_scan(_widen(x), _widen(mu), _widen(c), mask, direction).to(x.dtype)

@@ -51,6 +51,12 @@ CESCoefficients ces_coefficients(const at::Tensor& log_lambda, const at::Tensor&
 /// over 2 L), then a circular FFT convolution of length 2 L with the zero-padded input.
 /// Reads coef.mu and coef.c (coef.q may be undefined).
 /// O(B H L log L); autograd through ATen (complex FFTs).
+/// Accuracy: an FFT convolution's rounding error is absolute, about eps log2(L) times
+/// max|x| sum|K| over the whole (batch, channel), and it reaches every position, the causal
+/// form's earlier ones included: one input 10^30 times the others moves earlier outputs by
+/// ~10^22 in float32. Outputs far smaller than that bound are not exact here, and the causal
+/// form is causal only to that rounding; the recurrence (ces_scan_kernel, exact to rounding
+/// position by position, causal exactly) is the one to trust there.
 /// @param x     [B, L, H] float32 or float64, or bfloat16 (mixed precision, common.h).
 /// @param coef  from ces_coefficients, C = H or 2 H as `direction` requires.
 /// @return y [B, L, H] (without shortcut).
