@@ -40,6 +40,14 @@ def _float(name, value, low, high, low_open=False):
     return float(value)
 
 
+def _path(name, value):
+    """os.fspath(value), or TypeError naming the argument (os.fspath's own message does not)."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name}: expected a path (str or os.PathLike), got "
+                        f"{type(value).__name__}")
+    return os.fspath(value)
+
+
 def _bool(name, value):
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
@@ -315,6 +323,11 @@ class Model(_nn.SequenceModel):
                                f"{model['n_classes']}); generation needs a language model")
         text = isinstance(prompt, str)
         if text:
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"prompt: not encodable as UTF-8 text ({e.reason} at "
+                                 f"character {e.start}: a lone surrogate)") from None
             ids = self.tokenizer.encode(prompt if prompt else "\n")
             unit = "bytes" if self.tokenizer.is_bytes else "tokens"
         else:
@@ -504,7 +517,7 @@ def build(preset: str = "weird-net", size: Optional[str] = None, *, task: Option
     # without touching torch's generator, and the Python model draws the weights, in the
     # C++ model's order and distributions.
     with torch.random.fork_rng(devices=[]):
-        _, run_config, tok = _C.build_run(os.fspath(config) if config is not None else "",
+        _, run_config, tok = _C.build_run(_path("config", config) if config is not None else "",
                                           os.fspath(tokenizer) if tokenizer is not None else "",
                                           request)
     if seed is not None:
@@ -575,7 +588,7 @@ def train(out: Union[str, os.PathLike], preset: Optional[str] = None,
     if device is not None:
         request.append(_override("train.device", device))
     try:
-        out_json = _C.train_run(os.fspath(out), os.fspath(config) if config is not None else "",
+        out_json = _C.train_run(_path("out", out), _path("config", config) if config is not None else "",
                                 os.fspath(tokenizer) if tokenizer is not None else "", request,
                                 resume, overwrite, float(dist_timeout), allow_data_change)
     except (RuntimeError, ValueError) as e:
@@ -608,7 +621,7 @@ def load(path: Union[str, os.PathLike], *, preset: Optional[str] = None,
         what is wrong: corrupt, or a parameter whose name or shape the model does not have.
     """
     target = _device(device) if device is not None else None
-    model = _load(os.fspath(path), preset, size, task, config, tokenizer, overrides)
+    model = _load(_path("path", path), preset, size, task, config, tokenizer, overrides)
     return model.to(target) if target not in (None, "cpu") else model
 
 

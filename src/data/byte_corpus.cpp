@@ -68,7 +68,12 @@ std::vector<fs::path> list_files(const fs::path& dir, const std::string& ext,
       if (!name.empty() && name[0] == '.') continue;
       std::error_code ec;
       const fs::file_status st = e.status(ec);  // follows symbolic links
-      if (ec || st.type() == fs::file_type::not_found || fs::is_directory(st)) continue;
+      if (st.type() == fs::file_type::not_found || fs::is_directory(st)) continue;
+      // A file that cannot be looked at (a path beyond PATH_MAX, no permission) is never
+      // skipped in silence: training on part of a corpus is a wrong result.
+      if (ec)
+        throw std::runtime_error(what + ": cannot read '" + e.path().string() + "' in folder '" +
+                                 dir.string() + "': " + ec.message());
       if (!ext.empty() && e.path().extension() != ext) continue;
       if (!fs::is_regular_file(st))
         throw std::runtime_error(what + ": '" + e.path().string() + "' in folder '" +

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -88,6 +90,63 @@ TEST(RunFolder, AnEditedConfigTomlIsRefusedNotIgnored) {
   r = run_cli(args + " --out " + run + " --resume --max-steps 3");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(read_text(run + "/config.toml").find("max_steps = 3") != std::string::npos, true);
+}
+
+// What a hostile sweep found: each refusal names what is wrong.
+TEST(RunFolder, SweepFindingsAreRefusedNamingTheCause) {
+  const std::string dir = seqmix::testing::temp_dir("rf-sweep");
+  const std::string data = seqmix::testing::tiny_corpus(dir);
+  const std::string args = std::string("train ") + kTiny + "--max-steps 2 --data " + data;
+  // Optimizer values float32 cannot hold: inf or 0 in the first step, NaN losses after.
+  for (const auto& [set, message] : std::vector<std::pair<std::string, std::string>>{
+           {"train.lr=1e300", "train.lr (--lr): must be at most"},
+           {"train.grad_clip=1e300", "train.grad_clip: must be at most"},
+           {"train.weight_decay=1e300", "train.weight_decay: must be at most"},
+           {"train.eps=1e-50", "train.eps: must be at least"}}) {
+    const auto r = run_cli(args + " --out " + dir + "/o --set " + set);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/o"));
+  }
+  // A checkpoint.pt that is not a file: said so, not "has no checkpoint.pt".
+  const std::string run = dir + "/run";
+  ASSERT_EQ(run_cli(args + " --out " + run).code, 0);
+  fs::rename(run + "/checkpoint.pt", dir + "/kept.pt");
+  fs::create_directory(run + "/checkpoint.pt");
+  auto r = run_cli("eval " + run);
+  EXPECT_NE(r.output.find("its checkpoint.pt is a folder, not a regular file"),
+            std::string::npos)
+      << r.output;
+  fs::remove(run + "/checkpoint.pt");
+  ASSERT_EQ(mkfifo((run + "/checkpoint.pt").c_str(), 0600), 0);
+  r = run_cli("eval " + run);
+  EXPECT_NE(r.output.find("its checkpoint.pt is a FIFO"), std::string::npos) << r.output;
+  // A corpus file beyond PATH_MAX is an error, never silently left out of the data.
+  const std::string deep = dir + "/deep";
+  fs::create_directories(deep);
+  std::ofstream(deep + "/a.txt") << std::string(20000, 'x');
+  const std::string component(100, 'd');
+  int fd = open(deep.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 45; ++i) {  // 45 x 101 bytes: past PATH_MAX (4096), one level at a time
+    ASSERT_EQ(mkdirat(fd, component.c_str(), 0755), 0);
+    const int next = openat(fd, component.c_str(), O_RDONLY | O_DIRECTORY);
+    close(fd);
+    ASSERT_GE(next, 0);
+    fd = next;
+  }
+  const int file = openat(fd, "b.txt", O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(file, 0);
+  ASSERT_EQ(write(file, "hidden\n", 7), 7);
+  close(file);
+  close(fd);
+  r = run_cli(std::string("train ") + kTiny + "--max-steps 2 --data " + deep + " --out " + dir +
+              "/o");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(r.output.find("cannot read") != std::string::npos ||
+              r.output.find("cannot list folder") != std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::system(("rm -rf '" + deep + "'").c_str()), 0);
 }
 
 TEST(RunFolder, AnExistingRunIsRefusedWithoutResumeOrOverwrite) {

@@ -282,3 +282,14 @@ def test_a_message_quoting_bytes_that_are_not_utf8_reaches_python_whole(tmp_path
         seqmix.from_pretrained(bad)
     message = str(error.value)
     assert "model.safetensors" in message and "\\xff" in message, message
+
+
+def test_paths_and_prompts_of_the_wrong_kind_name_the_argument():
+    for call, name in ((lambda: seqmix.load(None), "path"), (lambda: seqmix.load(123), "path"),
+                       (lambda: seqmix.build("weird-net", "tiny", config=123), "config"),
+                       (lambda: seqmix.train(None, "weird-net", "tiny"), "out")):
+        with pytest.raises(TypeError, match=f"^{name}: expected a path"):
+            call()
+    m = seqmix.build("weird-net", "tiny", seed=1)
+    with pytest.raises(ValueError, match="^prompt: not encodable as UTF-8"):
+        m.generate("a\ud800b", 4)

@@ -136,6 +136,26 @@ typename Field<S>::Check finite_above(double S::*m, double lo, bool open, std::s
   };
 }
 
+/// As finite_above, for a value the optimizer applies to float32 tensors: at most float's
+/// largest (3.4e38: beyond, it overflows to inf in the first step), and where the bound is
+/// open, at least float's smallest normal number (1.2e-38: below, it rounds towards 0).
+template <class S>
+typename Field<S>::Check float32_above(double S::*m, double lo, bool open, std::string note = "") {
+  return [=](const S& s) {
+    const double v = s.*m;
+    const std::string base = finite_above<S>(m, lo, open, note)(s);
+    if (!base.empty()) return base;
+    constexpr double kMax = 3.4028234663852886e38, kMin = 1.1754943508222875e-38;
+    if (v > kMax)
+      return "must be at most " + format_number(kMax) + " (float32's largest)" + note +
+             ", got " + format_number(v);
+    if (open && v < kMin)
+      return "must be at least " + format_number(kMin) + " (float32's smallest normal number)" +
+             note + ", got " + format_number(v);
+    return std::string();
+  };
+}
+
 /// The value is one of `choices` ("must be a, b or c, got 'x'").
 template <class S>
 typename Field<S>::Check one_of(std::string S::*m, std::vector<std::string> choices) {

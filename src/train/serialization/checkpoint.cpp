@@ -448,9 +448,18 @@ std::string find_checkpoint(const std::string& run_or_file) {
     case ModelFileKind::kFolder: {
       const fs::path p = fs::path(run_or_file) / "checkpoint.pt";
       std::error_code ec;
-      if (!fs::is_regular_file(p, ec))
+      if (fs::is_regular_file(p, ec)) return p.string();
+      // Say what is there: a folder, FIFO or link loop is not "no checkpoint".
+      const fs::file_status link = fs::symlink_status(p, ec);
+      if (ec == std::errc::permission_denied)
+        throw std::runtime_error("run folder '" + run_or_file +
+                                 "': cannot read its checkpoint.pt (permission denied)");
+      if (!fs::exists(link))
         throw std::runtime_error("run folder '" + run_or_file + "' has no checkpoint.pt");
-      return p.string();
+      const char* kind = util::file_type_description(p.string());
+      throw std::runtime_error("run folder '" + run_or_file + "': its checkpoint.pt is " +
+                               (kind ? std::string(kind) : std::string("unreadable")) +
+                               ", not a regular file");
     }
     case ModelFileKind::kMissing:
       throw std::runtime_error("'" + run_or_file + "' does not exist (expected a run folder or "
