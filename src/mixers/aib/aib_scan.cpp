@@ -139,8 +139,10 @@ Prepared prepare(const at::Tensor& a, const at::Tensor& v, const at::Tensor& mas
     p.v = v.masked_fill(p.valid.logical_not(), 0);
   }
   const double limit = a.scalar_type() == at::kDouble ? 0x1p960 : 0x1p64;
-  const at::Tensor top = p.v.numel() > 0 ? p.v.detach().abs().amax(1, /*keepdim=*/true)
-                                         : at::zeros({a.size(0), 1, a.size(2)}, a.options());
+  // One zero row appended: the maximum of an empty sequence is 0, and no size is read (the
+  // reference runs on symbolic shapes under torch.compile's dynamic tracing).
+  const at::Tensor top =
+      at::constant_pad_nd(p.v.detach().abs(), {0, 0, 0, 1}).amax(1, /*keepdim=*/true);
   p.scale = at::where(top >= limit, at::full_like(top, 0x1p-64), at::ones_like(top));
   p.v = p.v * p.scale;
   return p;

@@ -63,7 +63,7 @@ at::Tensor extractor_conv_kernel(const at::Tensor& x, const at::Tensor& w) {
   if (t == 0) return at::zeros_like(x);
   // An empty batch: the FFT libraries refuse a transform of no signals (MKL: "Inconsistent
   // configuration parameters"); the empty result, still a function of w for autograd.
-  if (x.numel() == 0) return at::matmul(x, w[0]);
+  if (x.sym_numel() == 0) return at::matmul(x, w[0]);
   // Linear (not circular) convolution needs n >= 2t - 1; a power of two keeps the FFT fast.
   int64_t n = 1;
   while (n < 2 * t - 1) n <<= 1;

@@ -33,7 +33,7 @@ at::Tensor valid_of(const at::Tensor& x, const at::Tensor& mask) {
 
 // Sum of the last `window` rows along dim 1 of v [B, L, ...] (zeros before the start).
 at::Tensor window_sum(const at::Tensor& v, int64_t window) {
-  if (v.size(1) == 0) return v.clone();  // no positions: unfold needs at least one window
+  if (v.sym_size(1) == 0) return v.clone();  // no positions: unfold needs at least one window
   std::vector<int64_t> pad(2 * (v.dim() - 1), 0);
   pad[pad.size() - 2] = window - 1;  // at the front of dim 1
   return at::constant_pad_nd(v, pad).unfold(1, window, 1).sum(-1);
