@@ -40,10 +40,14 @@ namespace seqmix::testing {
 constexpr double kFloat64Tolerance = 1e-12;
 
 /// The one floor of the float32 2x rule, for every op, output and gradient, relative to the
-/// float64 result's scale: about 8 float32 ulps (2^-23 = 1.2e-7). It only matters where the
-/// float32 reference is itself (nearly) exact: at L = 1 the AIB reference's dA is exactly 0
-/// (O = V) while the kernel's rounding leaves 2.9e-7, the largest excess over 2x measured.
-constexpr double kFloat32Floor = 1e-6;
+/// float64 result's scale: about 16 float32 ulps (2^-23 = 1.2e-7). It only matters where the
+/// float32 reference is itself (nearly) exact, on short sequences: the AIB scan's dA =
+/// E (dL/dU + V dL/dH) cancels where O is close to V, and the kernel's log-depth adjoint sums
+/// carry a few ulps more than the reference's into that difference. Largest excess over 2x
+/// measured (SEQMIX_OP_CHECK_VERBOSE=1 tests/test_aib_scan): 8.0e-7 in the Release build,
+/// 1.1e-6 in the -O1 sanitizer build (scripts/sanitize.sh), both dA of the bidirectional
+/// scan at L = 3 on the fast path.
+constexpr double kFloat32Floor = 2e-6;
 
 /// The floor of the bfloat16 2x rule (check 5), relative to the float64 result's scale: one
 /// bfloat16 ulp at the scale (2^-8). Rounding a result to bfloat16 moves it by up to half an
