@@ -88,7 +88,7 @@ Command add_tokenizer(CLI::App& app) {
   train->add_option("--model-type", f->options.model_type, "bpe (default) or unigram")
       ->check(CLI::IsMember({"bpe", "unigram"}));
   train->add_option("--max-sentences", f->options.max_sentences,
-                    "lines sampled for training (0 = all)");
+                    "lines sampled for training (0 = all, else more than 100)");
   train->add_option("--seed", f->options.seed, "line sampling seed");
   train->add_option("--threads", f->options.threads, "trainer threads (0 = all)");
   train->add_option("--out", f->out, "model file to write, e.g. runs/moby-bpe5000.model")

@@ -123,6 +123,9 @@ std::vector<train::Override> ConfigFlags::overrides() const {
   if (!task.empty() && !data.empty())
     throw std::invalid_argument("--data does not apply with --task: task '" + task +
                                 "' brings its own data");
+  if (!task.empty() && !tokenizer.empty())
+    throw std::invalid_argument("--tokenizer does not apply with --task: task '" + task +
+                                "' brings its own token ids (docs/TASKS.md)");
   std::vector<train::Override> o;
   auto str = [&](const char* key, const std::string& v, const char* flag) {
     if (!v.empty()) o.emplace_back(key, v, flag);

@@ -662,6 +662,10 @@ def _load(path, preset, size, task, config, tokenizer, overrides):
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise RuntimeError(f"{path}: expected a state dict (parameter name -> tensor), "
                            f"got {type(state).__name__}")
+    meta = sorted(k for k, v in state.items() if v.is_meta)
+    if meta:
+        raise ValueError(f"{path}: tensor {meta[0]} is on the meta device (a shape without "
+                         "values); save the state dict of a model that holds its weights")
     model = build(preset or "weird-net", size, task=task, config=config, tokenizer=tokenizer,
                   **overrides)
     # The checks of `seqmix import` (names, shapes, dtypes, finite in the model's dtype), on

@@ -98,6 +98,11 @@ def _check_x(layer, x, d_model):
                         f"{type(x).__name__}")
     if x.dim() != 3 or x.shape[2] != d_model:
         raise ValueError(f"{layer}: x must be [B, L, {d_model}], got {list(x.shape)}")
+    if not x.is_floating_point():
+        # Layers take embeddings, not token ids: an integer x would reach a matmul's dtype
+        # error, which names neither the layer nor the argument.
+        raise TypeError(f"{layer}: x must be a floating-point tensor (embeddings), got "
+                        f"{x.dtype}")
 
 
 def _check_length(layer, x, max_len, what=""):
@@ -111,6 +116,8 @@ def _check_step(layer, x_t, d_model, state, kind):
     if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2 or x_t.shape[1] != d_model:
         shape = list(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
         raise ValueError(f"{layer}.step: x_t must be [B, {d_model}], got {shape}")
+    if not x_t.is_floating_point():
+        raise TypeError(f"{layer}.step: x_t must be a floating-point tensor, got {x_t.dtype}")
     if not isinstance(state, DecodingState) or state.kind != kind:
         raise ValueError(f"{layer}.step: state was not made by this layer's init_state")
     if state.batch != x_t.shape[0]:
@@ -225,7 +232,7 @@ class AIBAttention(Mixer):
 
     Raises:
         ValueError / TypeError naming the argument; ValueError from forward when L > max_len
-        or x is not [B, L, D].
+        or x is not [B, L, D]; TypeError when x is not floating point.
     """
 
     def __init__(self, d_model: int, max_len: int, *, causal: bool = True,
@@ -1038,8 +1045,14 @@ class SequenceModel(nn.Module):
         if tokens.shape[1] > self.max_len:
             raise ValueError(f"tokens: sequence length {tokens.shape[1]} exceeds max_len "
                              f"{self.max_len} (model.max_len)")
-        # A value check reads the data: skipped while torch.compile / export traces.
-        if tokens.numel() and not torch.compiler.is_compiling() and not torch.jit.is_tracing():
+        where = self.tok_emb.weight.device
+        if tokens.device != where:
+            raise ValueError(f"tokens: on {tokens.device}, but the model is on {where} "
+                             "(move one with .to())")
+        # A value check reads the data: skipped while torch.compile / export traces, and on
+        # the meta device (shapes only, no values).
+        if tokens.numel() and not tokens.is_meta and not torch.compiler.is_compiling() and \
+                not torch.jit.is_tracing():
             lo, hi = int(tokens.min()), int(tokens.max())
             if lo < 0 or hi >= self.vocab_size:
                 raise IndexError(f"tokens: ids must be in [0, {self.vocab_size}) "

@@ -148,8 +148,9 @@ def aib_scan_fallbacks():
 
 def aib_num_levels(max_len):
     """Number K of distance levels for sequences up to ``max_len``: ceil(log2 max_len), >= 1."""
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        raise ValueError(f"max_len: expected a positive int, got {max_len!r}")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or not 1 <= max_len < 2**63:
+        raise ValueError(f"max_len: expected a positive int below 2**63 (int64), got "
+                         f"{max_len!r}")
     return _C.aib_num_levels(max_len)
 
 

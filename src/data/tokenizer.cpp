@@ -247,9 +247,11 @@ Tokenizer Tokenizer::train(const std::string& text, const TokenizerOptions& o) {
     bad("`vocab_size`",
         "in [260, 16777216] (256 byte pieces, 3 special pieces and the text's characters are "
         "always included), got " + std::to_string(o.vocab_size));
-  if (o.max_sentences < 0)
+  // SentencePiece's trainer refuses samples of 1 to 100 lines with a bare status.
+  if (o.max_sentences < 0 || (o.max_sentences > 0 && o.max_sentences <= 100))
     bad("`max_sentences`",
-        ">= 0 (0: all lines), got " + std::to_string(o.max_sentences));
+        "0 (all lines) or more than 100 (SentencePiece samples no fewer), got " +
+            std::to_string(o.max_sentences));
   if (o.max_sentence_length < 1 || o.max_sentence_length > (int64_t{1} << 30))
     bad("max_sentence_length", "in [1, 2^30] bytes, got " + std::to_string(o.max_sentence_length));
   if (o.seed < 0 || o.seed > int64_t{0xffffffff})

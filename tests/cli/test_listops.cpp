@@ -52,4 +52,22 @@ TEST(ListOps, CliRefusesAHugeDepthWithoutCreatingTheFolder) {
   EXPECT_FALSE(std::filesystem::exists(out));
   std::filesystem::remove_all(dir);
 }
+
+// A task's token ids are its own: a tokenizer with --task is refused by its flag before any
+// folder is made (it used to surface as a model.vocab_size mismatch the user never set).
+TEST(ListOps, TrainRefusesATokenizerWithATask) {
+  const std::string dir = seqmix::testing::temp_dir("listops-tokenizer");
+  const std::string out = dir + "/out";
+  for (const char* tok : {"bytes", "tok.model"}) {
+    const auto r = seqmix::testing::run_cli("train --task listops --max-steps 1 --tokenizer " +
+                                            std::string(tok) + " --out " + out);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("--tokenizer does not apply with --task: task 'listops' brings "
+                            "its own token ids"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  std::filesystem::remove_all(dir);
+}
 }  // namespace

@@ -338,8 +338,10 @@ TEST(TokenizerTrain, OptionsAndSentencePieceMessagesNameTheOption) {
   e = error_of([&] { o.seed = -1; data::Tokenizer::train(text, o); });
   EXPECT_TRUE(contains(e, "`seed`")) << e;
   o.seed = 1;
-  e = error_of([&] { o.max_sentences = -1; data::Tokenizer::train(text, o); });
-  EXPECT_TRUE(contains(e, "`max_sentences`")) << e;
+  for (const int64_t n : {-1, 1, 100}) {
+    e = error_of([&] { o.max_sentences = n; data::Tokenizer::train(text, o); });
+    EXPECT_TRUE(contains(e, "`max_sentences` must be 0 (all lines) or more than 100")) << e;
+  }
 }
 
 TEST(TokenizerTrain, CliAnnouncesTrainingAndRewordsFailures) {

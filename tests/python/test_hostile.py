@@ -293,3 +293,28 @@ def test_paths_and_prompts_of_the_wrong_kind_name_the_argument():
     m = seqmix.build("weird-net", "tiny", seed=1)
     with pytest.raises(ValueError, match="^prompt: not encodable as UTF-8"):
         m.generate("a\ud800b", 4)
+
+
+def test_tensors_of_the_wrong_kind_or_device_name_the_argument(tmp_path):
+    m = seqmix.build("weird-net", "tiny", seed=1, max_len=16)
+    # Layers take embeddings: token ids name the layer, not a matmul's dtypes.
+    layer = seqmix.nn.AIBAttention(8, max_len=16)
+    with pytest.raises(TypeError, match="^AIBAttention: x must be a floating-point tensor"):
+        layer(torch.zeros(1, 4, 8, dtype=torch.int64))
+    # Tokens on another device than the model.
+    with pytest.raises(ValueError, match=r"^tokens: on meta, but the model is on cpu"):
+        m(torch.zeros(1, 8, dtype=torch.long, device="meta"))
+    # A model and tokens both on the meta device give the shape.
+    meta = seqmix.build("weird-net", "tiny", seed=1, max_len=16).to("meta")
+    out = meta(torch.zeros(2, 8, dtype=torch.long, device="meta"))
+    assert out.is_meta and tuple(out.shape) == (2, 8, 256)
+    # A state dict holding a meta tensor has no values to load.
+    sd = m.state_dict()
+    name = sorted(sd)[0]
+    sd[name] = sd[name].to("meta")
+    torch.save(sd, tmp_path / "sd.pt")
+    with pytest.raises(ValueError, match=f"tensor {name} is on the meta device"):
+        seqmix.load(tmp_path / "sd.pt", preset="weird-net", size="tiny", max_len=16)
+    with pytest.raises(ValueError, match=r"^max_len: expected a positive int below 2\*\*63"):
+        O.aib_num_levels(2**70)
+    assert O.aib_num_levels(2**62) == 62

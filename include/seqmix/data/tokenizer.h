@@ -35,7 +35,7 @@ using TokenIds = std::vector<int32_t>;
 struct TokenizerOptions {
   int64_t vocab_size = 5000;           ///< pieces in the model, byte pieces included [vocab_size]
   std::string model_type = "bpe";      ///< bpe | unigram [model_type]
-  int64_t max_sentences = 2000000;     ///< lines sampled for training, 0 = all [input_sentence_size]
+  int64_t max_sentences = 2000000;     ///< lines sampled: 0 = all, else > 100
   int64_t max_sentence_length = 8192;  ///< longer lines are skipped, bytes [max_sentence_length]
   int64_t seed = 1337;                 ///< sampling of lines when there are more than max_sentences
   int64_t threads = 0;                 ///< trainer threads (0 = hardware threads) [num_threads]
@@ -61,7 +61,7 @@ class Tokenizer {
   static Tokenizer from_serialized(const std::string& proto, const std::string& origin);
   /// Trains a SentencePiece model on `text` (one training sentence per non-empty line).
   /// Options are checked first: vocab_size in [260, 2^24] (256 byte pieces, <unk>, <s>, </s>
-  /// and at least one character), max_sentences >= 0, max_sentence_length >= 1, seed in
+  /// and at least one character), max_sentences 0 or > 100, max_sentence_length >= 1, seed in
   /// [0, 2^32), threads in [0, 4x the hardware threads].
   /// @throws std::invalid_argument naming the option and its `seqmix tokenizer train` flag;
   ///         std::runtime_error "tokenizer training failed: ..." when SentencePiece fails, its
