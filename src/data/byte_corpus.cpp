@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "seqmix/util/memory.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::data {
 
@@ -154,7 +155,8 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
   try {
     out.reserve(static_cast<size_t>(st.st_size));
     char buf[1 << 16];
-    for (;;) {
+    for (size_t reads = 0;; ++reads) {
+      if (reads % 256 == 0) util::check_interrupt();  // every 16 MiB
       const ssize_t n = ::read(fd, buf, sizeof buf);
       if (n < 0) {
         if (errno == EINTR) continue;

@@ -14,6 +14,7 @@
 #include "seqmix/data/byte_corpus.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/memory.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::data {
 
@@ -351,6 +352,35 @@ TokenIds Tokenizer::encode(const std::string& text) const {
   return out;
 }
 
+TokenIds Tokenizer::encode_interruptible(const std::string& text, size_t chunk_bytes) const {
+  // Whether any piece decodes to text holding a newline (then segments could join across
+  // one); a vocabulary too large to look through is encoded whole.
+  bool newline_piece = true;
+  if (sp_ && vocab_size() <= (int64_t{1} << 20)) {
+    newline_piece = false;
+    const TokenIds newline = encode("\n");  // its byte piece <0x0A>
+    for (int32_t id = 0; id < vocab_size() && !newline_piece; ++id)
+      newline_piece = decode({id}).find('\n') != std::string::npos && newline != TokenIds{id};
+  }
+  if (!sp_ || newline_piece || text.size() <= chunk_bytes) {
+    util::check_interrupt();
+    TokenIds ids = encode(text);
+    util::check_interrupt();
+    return ids;
+  }
+  TokenIds out;
+  for (size_t begin = 0; begin < text.size();) {
+    util::check_interrupt();
+    size_t end = text.find('\n', std::min(text.size(), begin + std::max<size_t>(1, chunk_bytes)));
+    end = end == std::string::npos ? text.size() : end + 1;
+    const TokenIds part = encode(text.substr(begin, end - begin));
+    out.insert(out.end(), part.begin(), part.end());
+    begin = end;
+  }
+  util::check_interrupt();
+  return out;
+}
+
 std::string Tokenizer::decode(const TokenIds& ids) const {
   const int64_t V = vocab_size();
   for (const int32_t id : ids)
@@ -381,8 +411,8 @@ TokenCorpus TokenCorpus::build(const ByteCorpus& corpus, const Tokenizer& tokeni
       "data: the tokens of '" + corpus.description() + "' (up to one per byte, 4 bytes each)",
       "; use a smaller corpus or free memory");
   TokenCorpus c;
-  c.train = tokenizer.encode(corpus.train());
-  c.eval = tokenizer.encode(corpus.eval());
+  c.train = tokenizer.encode_interruptible(corpus.train());
+  c.eval = tokenizer.encode_interruptible(corpus.eval());
   c.eval_bytes = static_cast<int64_t>(corpus.eval().size());
   if (c.train.size() < 2 || c.eval.size() < 2)
     throw std::runtime_error("data: the corpus encodes to " + std::to_string(c.train.size()) +

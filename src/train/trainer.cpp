@@ -717,7 +717,22 @@ std::optional<TrainResult> set_up(Run& run, double& seconds_before) {
                 : language_model_plan(config, model, tokenizer, log, say, result, group);
   };
   if (!group) {
-    make_plan();
+    // A SIGINT / SIGTERM while a large corpus is read and encoded stops it between chunks
+    // (ranks of a group load on: they agree on stopping at the first step).
+    struct LoadingStopped {
+      int sig;
+    };
+    try {
+      const util::ScopedInterruptCheck stop([] {
+        if (const int sig = util::stop_signal(); sig != 0) throw LoadingStopped{sig};
+      });
+      make_plan();
+    } catch (const LoadingStopped& stopped) {
+      throw Interrupted(fmt::format("interrupted by {} while loading the data; {}",
+                                    util::signal_name(stopped.sig),
+                                    resumed ? "the run is as it was" : "nothing was written"),
+                        stopped.sig, start, std::string());
+    }
   } else {
     // A rank that cannot read its data must not leave the others waiting; then the ranks must
     // be about to run the same experiment on the same data with the same code.

@@ -1,5 +1,7 @@
 #include "seqmix/util/files.h"
 
+#include "seqmix/util/signals.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,6 +48,8 @@ void check_replaceable(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  // A Ctrl-C while the temporary is written waits until it is renamed or removed.
+  const HoldStopSignals hold;
   const std::string tmp = path + ".tmp";
   // Renaming over `path` would replace whatever it is: a device (/dev/null, as root), a
   // FIFO, a symbolic link (not the file it points to). Only a regular file is replaced.

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <utility>
 
 namespace seqmix::util {
@@ -95,6 +96,50 @@ const char* signal_name(int sig) {
     default:
       return "a signal";
   }
+}
+
+namespace {
+std::mutex g_hold_mutex;
+int g_hold_depth = 0;
+volatile std::sig_atomic_t g_held = 0;
+// The signals a hold took over from their default action.
+bool g_hold_took[3] = {false, false, false};
+constexpr int kHeld[3] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void on_held_signal(int sig) {
+  if (g_held == 0) g_held = sig;
+}
+
+void set_action(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // the write in progress goes on
+  sigaction(sig, &sa, nullptr);
+}
+}  // namespace
+
+HoldStopSignals::HoldStopSignals() {
+  const std::lock_guard<std::mutex> lock(g_hold_mutex);
+  if (g_hold_depth++ > 0) return;
+  for (int i = 0; i < 3; ++i) {
+    struct sigaction old;
+    std::memset(&old, 0, sizeof old);
+    g_hold_took[i] = sigaction(kHeld[i], nullptr, &old) == 0 &&
+                     !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL;
+    if (g_hold_took[i]) set_action(kHeld[i], on_held_signal);
+  }
+}
+
+HoldStopSignals::~HoldStopSignals() {
+  const std::lock_guard<std::mutex> lock(g_hold_mutex);
+  if (--g_hold_depth > 0) return;
+  for (int i = 0; i < 3; ++i)
+    if (g_hold_took[i]) set_action(kHeld[i], SIG_DFL);
+  const int sig = g_held;
+  g_held = 0;
+  if (sig != 0) raise(sig);  // its default action now: the process ends, the file whole
 }
 
 namespace {

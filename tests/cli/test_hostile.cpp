@@ -286,6 +286,31 @@ TEST(Signals, HangupCheckpointsAsSigtermDoes) {
   EXPECT_TRUE(fs::exists(out + "/checkpoint.pt"));
 }
 
+// A SIGTERM while a large corpus is encoded stops the encoding between pieces: the run
+// folder is never made (it used to wait until the whole corpus was encoded).
+TEST(Signals, TermWhileLoadingTheDataStopsItAndWritesNothing) {
+  const std::string dir = temp_dir("hostile-loading");
+  const std::string corpus = seqmix::testing::tiny_corpus(dir);
+  ASSERT_EQ(run_cli("tokenizer train --data " + corpus + " --vocab-size 300 --out " + dir +
+                    "/t.model").code, 0);
+  {
+    // 40 MB of varied lines: several seconds of SentencePiece encoding on one core.
+    std::ofstream big(dir + "/big.txt");
+    for (int64_t i = 0; i < 400000; ++i)
+      big << "line " << i << " of the quick brown fox, " << (i * 7919) % 100003
+          << " jumps over the lazy dog again\n";
+  }
+  const std::string out = dir + "/run";
+  const auto r = sh("SEQMIX train --data " + dir + "/big.txt --tokenizer " + dir +
+                    "/t.model --size tiny --max-len 32 --max-steps 1 --threads 1 --out " + out +
+                    " & pid=$!; sleep 1; kill -TERM $pid; wait $pid");
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted by SIGTERM while loading the data; nothing was "
+                                 "written")) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
 // ---------------------------------------------------------------------------------------
 // Messages: each says what is so, and which command takes what was given.
 

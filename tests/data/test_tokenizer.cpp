@@ -15,6 +15,7 @@
 #include "seqmix/train/evaluate.h"
 #include "seqmix/train/reporting/metrics.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/signals.h"
 #include "support/gradcheck.h"
 
 using namespace seqmix;
@@ -56,6 +57,28 @@ std::string write(const std::string& path, const std::string& bytes) {
 }
 
 }  // namespace
+
+// Encoding in newline-cut pieces, with interrupt checks between them, gives the ids of one
+// whole encoding, for BPE and unigram models; a check that throws stops it.
+TEST(Tokenizer, InterruptibleEncodingIsTheWholeEncoding) {
+  data::TokenizerOptions o;
+  o.vocab_size = 320;  // unigram: at most 328 pieces for this text
+  o.threads = 1;
+  o.model_type = "unigram";
+  const data::Tokenizer unigram = data::Tokenizer::train(make_text(3000), o);
+  const std::string text = make_text(400) + "  trailing spaces  \n\r\n\n\nno newline at the end \xff";
+  for (const data::Tokenizer* t : {&small_bpe(), &unigram}) {
+    const data::TokenIds whole = t->encode(text);
+    for (const size_t chunk : {size_t{1}, size_t{7}, size_t{100}, size_t{4096}, text.size()})
+      EXPECT_EQ(t->encode_interruptible(text, chunk), whole) << t->name() << " chunk " << chunk;
+  }
+  int calls = 0;
+  const util::ScopedInterruptCheck stop([&] {
+    if (++calls == 3) throw std::runtime_error("stopped");
+  });
+  EXPECT_THROW(small_bpe().encode_interruptible(text, 100), std::runtime_error);
+  EXPECT_EQ(calls, 3);
+}
 
 TEST(Tokenizer, BytesAreTheIdentity) {
   const auto t = data::Tokenizer::bytes();

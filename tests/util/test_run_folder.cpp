@@ -21,9 +21,11 @@
 #include "seqmix/train/reporting/metrics.h"
 #include "seqmix/train/schedule.h"
 #include "seqmix/train/trainer.h"
+#include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
 #include "seqmix/util/signals.h"
 #include "support/cli.h"
+#include "support/temp_dir.h"
 #include "support/tiny_run.h"
 #include "support/gradcheck.h"
 
@@ -101,6 +103,38 @@ TEST(RunFolder, ControlCharactersInPathsAreRefused) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--data: 'a\\x09b'"), std::string::npos) << e.what();
   }
+}
+
+// A signal whose action is the default waits while a file is written whole, then ends the
+// process as it would have (test: the child writes "held" after the signal, before the
+// guard's end, and dies of SIGINT; the file is whole, its temporary gone).
+TEST(RunFolder, ASignalDuringAnAtomicWriteWaitsForTheWholeFile) {
+  const std::string dir = seqmix::testing::temp_dir("hold-signals");
+  const std::string file = dir + "/f.txt";
+  EXPECT_EXIT(
+      {
+        signal(SIGINT, SIG_DFL);
+        {
+          const util::HoldStopSignals outer;
+          {
+            const util::HoldStopSignals inner;  // nested: the outer one restores
+            raise(SIGINT);
+            util::write_file_atomic(file, "whole");
+          }
+          std::fprintf(stderr, "held\n");
+        }
+        std::fprintf(stderr, "not reached\n");
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "^held\n$");
+  EXPECT_EQ(util::read_file(file), "whole");
+  EXPECT_FALSE(std::filesystem::exists(file + ".tmp"));
+  // Without a signal the guard changes nothing, and an installed handler stays installed.
+  { const util::HoldStopSignals hold; }
+  struct sigaction now;
+  ASSERT_EQ(sigaction(SIGINT, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

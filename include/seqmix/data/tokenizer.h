@@ -76,6 +76,12 @@ class Tokenizer {
   std::string name() const;
 
   TokenIds encode(const std::string& text) const;
+  /// encode(text) in pieces of about `chunk_bytes` cut after a newline, calling
+  /// util::check_interrupt() between them, so that a Ctrl-C stops the encoding of a large
+  /// corpus promptly. The same ids as encode(text) where no piece of the model holds a
+  /// newline (SentencePiece's segments on either side of one are then independent; models
+  /// from `seqmix tokenizer train` never do: they learn from lines); otherwise encoded whole.
+  TokenIds encode_interruptible(const std::string& text, size_t chunk_bytes = 4 << 20) const;
   /// @throws std::out_of_range naming the first id outside [0, vocab_size).
   std::string decode(const TokenIds& ids) const;
 

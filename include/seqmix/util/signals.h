@@ -44,6 +44,21 @@ class ScopedInterruptCheck {
   const std::function<void()>* previous_;
 };
 
+/// Holds SIGINT, SIGTERM and SIGHUP back while a file or folder is written whole (a temporary
+/// sibling, then a rename): for each of them whose action is the default (the process ends)
+/// the guard records the signal instead, and on leaving restores the default and raises the
+/// recorded signal again, so the process ends with the file whole or removed, never with a
+/// partial temporary left behind. A handler already installed (install_stop_signals(),
+/// Python's) is left as it is: it only records. Nestable and thread-safe (the actions are
+/// the process's, so the outermost guard alone installs and restores).
+class HoldStopSignals {
+ public:
+  HoldStopSignals();
+  ~HoldStopSignals();
+  HoldStopSignals(const HoldStopSignals&) = delete;
+  HoldStopSignals& operator=(const HoldStopSignals&) = delete;
+};
+
 /// "SIGINT", "SIGTERM", or "signal N".
 const char* signal_name(int sig);
 

@@ -21,6 +21,7 @@
 #include "seqmix/train/trainer.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
+#include "seqmix/util/signals.h"
 
 namespace seqmix::train {
 
@@ -457,6 +458,8 @@ void save_run(const std::string& out_dir, models::SequenceModel& model, const Ru
     }
     if (created_dir) fs::remove(out, e2);  // only if empty
   };
+  // A Ctrl-C from here waits until the run is in place or its temporaries are removed.
+  const util::HoldStopSignals hold;
   try {
     util::FolderLock lock(out.string(), "run folder");
     const auto existing = util::run_files_in(out.string());

@@ -26,6 +26,7 @@
 #include "seqmix/train/serialization/safetensors.h"
 #include "seqmix/util/files.h"
 #include "seqmix/util/run_folder.h"
+#include "seqmix/util/signals.h"
 
 // safetensors stores little-endian elements; seqmix copies tensors' bytes as they lie.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "seqmix needs a little-endian machine");
@@ -383,6 +384,8 @@ void export_run_hf(const std::string& run_or_checkpoint, const std::string& out_
   if (ec)
     throw std::runtime_error("export: cannot create folder '" + parent.string() + "': " +
                              ec.message());
+  // A Ctrl-C from here waits until the folder is in place or the temporary one removed.
+  const util::HoldStopSignals hold;
   // A sibling of `out`, so that the final rename stays on one file system.
   std::string tmp_name = (parent / ("." + name + ".export-XXXXXX")).string();
   if (!::mkdtemp(tmp_name.data()))
