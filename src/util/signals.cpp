@@ -47,17 +47,20 @@ extern "C" void on_stop_signal(int sig) {
   if (g_hup_handled) sigaction(SIGHUP, &dfl, nullptr);
 }
 
-void install(int sig) {
+// SA_RESTART keeps reads and writes in progress going: the step being computed, or the file
+// being written, finishes normally.
+void set_action(int sig, void (*handler)(int)) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  // The handler runs once and restores the default actions: the next SIGINT or SIGTERM ends
-  // the process at once, as a user pressing Ctrl-C twice expects. SA_RESTART keeps reads and
-  // writes in progress going, so the step being computed finishes normally.
   sa.sa_flags = SA_RESTART;
   sigaction(sig, &sa, nullptr);
 }
+
+// The handler runs once and restores the default actions: the next SIGINT or SIGTERM ends
+// the process at once, as a user pressing Ctrl-C twice expects.
+void install(int sig) { set_action(sig, on_stop_signal); }
 }  // namespace
 
 void install_stop_signals() {
@@ -110,14 +113,6 @@ extern "C" void on_held_signal(int sig) {
   if (g_held == 0) g_held = sig;
 }
 
-void set_action(int sig, void (*handler)(int)) {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // the write in progress goes on
-  sigaction(sig, &sa, nullptr);
-}
 }  // namespace
 
 HoldStopSignals::HoldStopSignals() {
