@@ -4,7 +4,6 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "mixers/builtin.h"
 
 namespace seqmix::models {
 
@@ -16,7 +15,7 @@ struct Registry {
   size_t builtins = 0;
   Registry() {
     // The built-in mixers: one row per folder of src/mixers, in SEQMIX_MIXERS order.
-    for (auto& spec : mixers::builtin_mixers()) rows.push_back(std::move(spec));
+    for (auto& spec : builtin_mixers()) rows.push_back(std::move(spec));
     builtins = rows.size();
   }
 };

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "mixers/builtin.h"
 #include "ops/op_case_support.h"
 
 namespace seqmix::ops {
@@ -78,7 +77,7 @@ namespace {
 
 std::vector<OpCase> build() {
   std::vector<OpCase> cases;
-  mixers::add_builtin_op_cases(cases);
+  add_builtin_op_cases(cases);
   return cases;
 }
 

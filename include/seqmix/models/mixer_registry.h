@@ -103,6 +103,11 @@ inline MixerSpec::Variant reference_variant() {
 /// Every mixer, built-ins first, in registration order. Registering keeps references to
 /// existing rows valid; unregistering invalidates them. Register mixers before building
 /// models: registration is serialised, but not against lookups running on other threads.
+// The built-in mixers' rows, in SEQMIX_MIXERS order (CMakeLists.txt). Defined by a file the
+// build generates from that list (cmake/SeqmixHelpers.cmake, seqmix_add_mixers) that calls
+// `MixerSpec seqmix::mixers::<folder>::mixer()` of each folder; the registry starts with them.
+std::vector<MixerSpec> builtin_mixers();
+
 const std::deque<MixerSpec>& mixer_registry();
 /// The row named `name`.
 /// @throws std::invalid_argument "unknown mixer 'x' (expected aib, attention, ...)".

@@ -109,6 +109,10 @@ struct OpCase {
 /// Every registered case, grouped by op (aib_scan, ces_scan, attention, extractor_conv).
 /// Shapes are test-sized (the longest are L = 16384 with D = 20 and L = 4096); each op has
 /// exactly one case with `benchmarked` set.
+// Appends every built-in mixer's op cases, in SEQMIX_MIXERS order: defined by the generated
+// file that calls `void seqmix::mixers::<folder>::add_op_cases(cases)` of each folder.
+void add_builtin_op_cases(std::vector<OpCase>& cases);
+
 const std::vector<OpCase>& op_cases();
 
 /// The cases of one op, in registry order. @throws std::invalid_argument for an unknown op
