@@ -3,39 +3,33 @@
 
 This module imports nothing of the extension: whoever registered the ops (``seqmix.nn``
 through ``seqmix._C``, or ``torch.ops.load_library`` on the operators-only library that
-``scripts/gpu-check.sh`` builds) can bind the layers to them with
-``seqmix._layers.bind(DispatcherOps, module_name)``.
+``scripts/gpu-check.sh`` builds) can run the layers on them. Each mixer names its ops when
+it registers (``MixerEntry.ops``, seqmix/_mixer.py); ``DispatcherOps.add`` makes one member
+per op.
 """
 import torch
 
 
-def _op(name, impl):
-    return getattr(torch.ops.seqmix, name if impl == "kernel" else name + "_reference")
+def _caller(name):
+    if name.endswith("_reference"):
+        # An op that is a reference itself (attention_reference, with its dropout) is called
+        # as it is.
+        def call(*args):
+            return getattr(torch.ops.seqmix, name)(*args)
+    else:
+        def call(*args):
+            # The layers pass impl last: 'kernel' or 'reference'.
+            *rest, impl = args
+            return getattr(torch.ops.seqmix, name if impl == "kernel" else name + "_reference")(
+                *rest)
+    call.__name__ = call.__qualname__ = name
+    return staticmethod(call)
 
 
 class DispatcherOps:
-    """The layers' ops: torch.ops.seqmix.<op> (impl 'kernel') or <op>_reference."""
+    """The layers' ops: torch.ops.seqmix.<op>(*args) for impl 'kernel', <op>_reference for
+    'reference' (``op(*args, impl)``); one member per registered op."""
 
-    @staticmethod
-    def aib_scan(a, v, w, mask, direction, weights, impl):
-        return _op("aib_scan", impl)(a, v, w, mask, direction, weights)
-
-    @staticmethod
-    def ces_scan(x, mu, c, mask, direction, impl):
-        return _op("ces_scan", impl)(x, mu, c, mask, direction)
-
-    @staticmethod
-    def attention(q, k, v, mask, direction, impl):
-        return _op("attention", impl)(q, k, v, mask, direction)
-
-    @staticmethod
-    def attention_reference(q, k, v, mask, direction, dropout):
-        return torch.ops.seqmix.attention_reference(q, k, v, mask, direction, dropout)
-
-    @staticmethod
-    def extractor_conv(x, w, impl):
-        return _op("extractor_conv", impl)(x, w)
-
-    @staticmethod
-    def causal_mean(x, window, mask, impl):
-        return _op("causal_mean", impl)(x, window, mask)
+    @classmethod
+    def add(cls, name):
+        setattr(cls, name, _caller(name))

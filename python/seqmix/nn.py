@@ -15,7 +15,11 @@ Masks: ``mask`` [B, L] bool with True = valid position (seqmix's convention), or
 both is a ValueError. Causal mixers decode step by step: ``state = layer.init_state(B)``,
 then ``y_t = layer.step(x_t, state)`` (x_t [B, D]), equal to ``forward`` on the prefix.
 
-``seqmix.reference`` has the same classes on plain-PyTorch ops, for machines without the
+The classes are defined once: each mixer's in its module of ``seqmix/mixers/`` (for
+example ``seqmix.mixers.aib.AIBAttention``), the block and model in ``seqmix/_layers.py``;
+this module exports every registered mixer's classes and helper functions (the registry,
+``seqmix/_mixer.py``), checked against the C++ registry when the extension loads.
+``seqmix.reference`` has subclasses of them on plain-PyTorch ops, for machines without the
 extension.
 
 Example::
@@ -26,20 +30,12 @@ Example::
     pad = torch.zeros(2, 100, dtype=torch.bool); pad[1, 80:] = True
     y = layer(torch.randn(2, 100, 64), key_padding_mask=pad)
 """
-import torch
+from ._ext import _C
+from . import _layers, _mixer
+from ._mixer import DecodingState
 
-from ._ext import _C  # noqa: F401  (loads libseqmix: registers torch.ops.seqmix.*)
-from . import _layers
-from ._dispatcher import DispatcherOps as _DispatcherOps
-
-__all__ = ["AIBAttention", "SelfAttention", "CES", "ESMLP", "Extractor", "CausalMean",
-           "FeedForward", "Block", "SequenceModel", "DecodingState", "ces_coefficients",
-           "aib_level_weights", "aib_lag_weights", "aib_num_levels"]
-
-
-globals().update(_layers.bind(_DispatcherOps, __name__))
-DecodingState = _layers.DecodingState
-ces_coefficients = _layers.ces_coefficients
-aib_level_weights = _layers.aib_level_weights
-aib_lag_weights = _layers.aib_lag_weights
-aib_num_levels = _layers.aib_num_levels
+_mixer.check_against(_C.mixers())
+_PUBLIC = {cls.__name__: cls for cls in _layers.public_classes()}
+_PUBLIC.update({fn.__name__: fn for e in _mixer.mixers() for fn in e.functions})
+globals().update(_PUBLIC)
+__all__ = sorted(_PUBLIC) + ["DecodingState"]

@@ -7,10 +7,11 @@ argument checks: the optimised CPU kernel by default (``impl='kernel'``), or the
 algorithm in ATen ops (``impl='reference'``), which the kernel is tested against. Both
 carry their own backward, so ``torch.autograd`` (``.backward()``, ``torch.autograd.grad``,
 ``gradcheck``) works through them, and both have fake-tensor implementations, so
-``torch.compile`` and ``torch.export`` see them as single ops. Inputs are CPU tensors of one dtype, float32 or float64;
-or, for mixed precision (``torch.autocast("cpu", dtype=torch.bfloat16)``), bfloat16
-activations with float32 parameters: the op computes in float32 and returns bfloat16
-(rounded once), the parameters' gradients are float32. The AIB, CES and attention kernels
+``torch.compile`` and ``torch.export`` see them as single ops. Inputs are tensors on a
+device the op has kernels for (the CPU; CUDA where seqmix was built with its CUDA kernels,
+``seqmix._C.CUDA_KERNELS``; meta, for shapes), of one dtype, float32 or float64; or, for
+mixed precision (``torch.autocast("cpu", dtype=torch.bfloat16)``), bfloat16 activations
+with float32 parameters: the op computes in float32 and returns bfloat16 (rounded once), the parameters' gradients are float32. The AIB, CES and attention kernels
 read bfloat16 directly, without a float32 copy of their inputs.
 
 Legend: B batch, L sequence length, D channels, H heads (attention) or channels (CES).
@@ -20,12 +21,13 @@ the argument and the choices; a shape or dtype the op refuses RuntimeError (Valu
 the Extractor) with the op's message, which names the argument as the papers do (e.g.
 "aib_scan_kernel: V must match A [2, 5, 4], got [2, 5, 3]").
 """
-import collections
-
 import torch
 
-from ._ext import _C
-from ._layers import _choice
+from ._ext import _C  # noqa: F401  (loads libseqmix: registers torch.ops.seqmix.*)
+from ._mixer import _choice
+# One implementation each, shared with seqmix.nn and seqmix.reference.
+from .mixers.aib import aib_level_weights, aib_num_levels
+from .mixers.ces import CESCoefficients, ces_coefficients
 
 __all__ = ["aib_scan", "aib_scan_fallbacks", "aib_num_levels", "aib_level_weights",
            "CESCoefficients",
@@ -47,8 +49,6 @@ def _tensor(name, value, optional=False):
     if not isinstance(value, torch.Tensor):
         kind = "a tensor or None" if optional else "a tensor"
         raise TypeError(f"{name}: expected {kind}, got {type(value).__name__}")
-    if value.device.type != "cpu":
-        raise ValueError(f"{name}: seqmix runs on the CPU, got a tensor on {value.device}")
     return value
 
 
@@ -144,53 +144,6 @@ def aib_scan_fallbacks():
         int, a running total (subtract two readings to count the fallbacks of some work).
     """
     return int(torch.ops.seqmix.aib_scan_fallbacks())
-
-
-def aib_num_levels(max_len):
-    """Number K of distance levels for sequences up to ``max_len``: ceil(log2 max_len), >= 1."""
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or not 1 <= max_len < 2**63:
-        raise ValueError(f"max_len: expected a positive int below 2**63 (int64), got "
-                         f"{max_len!r}")
-    return _C.aib_num_levels(max_len)
-
-
-def aib_level_weights(w, weights="prefix_exp"):
-    """Per-level distance weights W [K, D] (W_j multiplies distance 2**j) from w [K, D]:
-    exp(cumsum(w, 0)) for 'prefix_exp', exp(w) for 'exp', ones for 'ones'."""
-    return _C.aib_level_weights(_tensor("w", w), _choice("weights", weights, _AIB_WEIGHTS))
-
-
-CESCoefficients = collections.namedtuple("CESCoefficients", ["q", "mu", "c"])
-CESCoefficients.__doc__ = """The CES recurrence's per-channel coefficients, each [C, 2]
-(real, imaginary): q (constrained log of mu), mu = exp(q), c (output weights)."""
-
-
-def ces_coefficients(log_lambda, log_alpha, log_beta, *, max_lambda=0.9999, normalize=False):
-    """Complex exponential smoothing coefficients: ETSMLP Sec. 3.1, eqs. 10-12 (the authors'
-    code, module/smlp_module.py, class CETS)::
-
-        q = exp(log_lambda) * alpha,  alpha = e^{a0} + i e^{a1},  mu = exp(q)
-        if |mu| > max_lambda: Re q = log(max_lambda)
-        c = exp(log_beta) (1 - mu)  [* sqrt(1 - |mu|^2) if normalize]
-
-    Args:
-        log_lambda, log_alpha, log_beta: [C, 2] float32 or float64 (complex as [.., 2]).
-        max_lambda: bound on |mu| in (0, 1].
-        normalize: the LRU-style normalisation of c.
-
-    Returns:
-        CESCoefficients(q, mu, c), each [C, 2], differentiable in the three parameters.
-    """
-    for name, t in (("log_lambda", log_lambda), ("log_alpha", log_alpha),
-                    ("log_beta", log_beta)):
-        _tensor(name, t)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
-    if not isinstance(max_lambda, (int, float)) or isinstance(max_lambda, bool):
-        raise TypeError(f"max_lambda: expected a number in (0, 1], got "
-                        f"{type(max_lambda).__name__}")
-    return CESCoefficients(*_C.ces_coefficients(log_lambda, log_alpha, log_beta,
-                                                float(max_lambda), normalize))
 
 
 def ces_scan(x, coef, mask=None, *, direction="causal", impl="kernel", key_padding_mask=None):

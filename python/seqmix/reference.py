@@ -1,11 +1,11 @@
 """seqmix's layers and models in plain PyTorch, without the C++ extension.
 
-The same classes as ``seqmix.nn`` (``AIBAttention``, ``SelfAttention``, ``CES``, ``ESMLP``,
-``Extractor``, ``CausalMean``, ``FeedForward``, ``Block``, ``SequenceModel``), with the same
-parameter names, shapes and initialisation, so they load the same state dicts, but their
-sequence mixing is the papers' algorithms written in torch functions
-(seqmix/_torch_ops.py: Weird-Net's Algorithms 1-2, ETSMLP's FFT form, the Extractor's
-convolution, softmax attention): this module imports nothing of seqmix's C++ and runs
+Subclasses of ``seqmix.nn``'s classes (every registered mixer's layers, ``FeedForward``,
+``Block``, ``SequenceModel``), with the same parameter names, shapes and initialisation, so
+they load the same state dicts, but their sequence mixing is the papers' algorithms written
+in torch functions (each mixer's module of seqmix/mixers/, gathered in seqmix/_torch_ops.py:
+Weird-Net's Algorithms 1-2, ETSMLP's FFT form, the Extractor's convolution, softmax
+attention): this module imports nothing of seqmix's C++ and runs
 wherever PyTorch runs. Its logits match ``seqmix.nn``'s to 1e-5 (tests/python/
 test_reference.py); it is also the baseline ``python -m seqmix.bench`` times, eager and
 under ``torch.compile``.
@@ -20,13 +20,12 @@ Example::
     logits = model(torch.tensor([[72, 101, 108, 108, 111]]))
 """
 from . import _layers, _torch_ops
+from ._mixer import DecodingState
 from ._pretrained import read_pretrained
 
-__all__ = ["AIBAttention", "SelfAttention", "CES", "ESMLP", "Extractor", "CausalMean",
-           "FeedForward", "Block", "SequenceModel", "DecodingState", "from_pretrained"]
-
-globals().update(_layers.bind(_torch_ops, __name__))
-DecodingState = _layers.DecodingState
+_CLASSES = _layers.bind(_torch_ops, __name__)
+globals().update(_CLASSES)
+__all__ = sorted(_CLASSES) + ["DecodingState", "from_pretrained"]
 
 
 def from_pretrained(path):
@@ -35,7 +34,7 @@ def from_pretrained(path):
     ``model.seqmix_config`` (a dict of sections). Raises FileNotFoundError / ValueError
     naming the file and what is wrong (missing or extra tensors, shapes, format)."""
     config, state = read_pretrained(path)
-    model = SequenceModel(config["model"])  # noqa: F821  (bound above)
+    model = _CLASSES["SequenceModel"](config["model"])
     _load_strict(model, state, path)
     model.seqmix_config = config
     return model.eval()

@@ -1,14 +1,13 @@
-// seqmix._C: the ops' helpers (include/seqmix/ops/*.h) as Python functions. The ops themselves
-// are in PyTorch's dispatcher (torch.ops.seqmix.*), registered when this module loads
-// libseqmix; python/seqmix/ops.py wraps them with keyword options, checks and docstrings.
+// seqmix._C: the mixer and op-case registries as Python functions. The ops themselves are in
+// PyTorch's dispatcher (torch.ops.seqmix.*), registered when this module loads libseqmix;
+// python/seqmix/ops.py wraps them with keyword options, checks and docstrings, and the
+// helpers beside them (aib_num_levels, ces_coefficients) are Python, shared with the layers
+// (python/seqmix/mixers/).
 #include "bindings.h"
 
 #include <algorithm>
 
-#include "seqmix/ops/aib_scan.h"
-#include "seqmix/ops/attention.h"
-#include "seqmix/ops/ces_scan.h"
-#include "seqmix/ops/extractor_conv.h"
+#include "seqmix/models/mixer_registry.h"
 #include "seqmix/ops/op_cases.h"
 
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -17,24 +16,24 @@ namespace seqmix::python {
 namespace so = seqmix::ops;
 
 void bind_ops(py::module_& m) {
-  m.def("aib_num_levels", &so::aib_num_levels, py::arg("max_len"));
-  m.def(
-      "aib_level_weights",
-      [](const at::Tensor& w, const std::string& weights) {
-        return so::aib_level_weights(w, so::parse_aib_weights(weights));
-      },
-      py::arg("w"), py::arg("weights"));
-
-  m.def(
-      "ces_coefficients",
-      [](const at::Tensor& log_lambda, const at::Tensor& log_alpha, const at::Tensor& log_beta,
-         double max_lambda, bool normalize) {
-        const so::CESCoefficients c =
-            so::ces_coefficients(log_lambda, log_alpha, log_beta, max_lambda, normalize);
-        return py::make_tuple(c.q, c.mu, c.c);
-      },
-      py::arg("log_lambda"), py::arg("log_alpha"), py::arg("log_beta"), py::arg("max_lambda"),
-      py::arg("normalize"));
+  // The mixer registry (models/mixer_registry.h), in its order: what the Python layers'
+  // own registry (seqmix/_mixer.py) is checked against when the extension loads.
+  m.def("mixers", [] {
+    py::list out;
+    for (const auto& spec : seqmix::models::mixer_registry()) {
+      py::list keys;
+      for (const auto& f : spec.fields) keys.append(f.name);
+      py::dict row;
+      row["name"] = spec.name;
+      row["section"] = spec.section;
+      row["keys"] = keys;
+      row["causal"] = spec.causal;
+      row["bidirectional"] = spec.bidirectional;
+      row["has_ffn"] = spec.has_ffn;
+      out.append(row);
+    }
+    return out;
+  });
 
   // The op-case registry (op_cases.h), for torch.library.opcheck in the tests.
   m.def("op_cases", [] {

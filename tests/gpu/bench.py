@@ -27,7 +27,7 @@ Sections, in this order (a case that does not fit in --budget seconds is skipped
 4. Whole-model training steps (forward, backward, AdamW; bf16 autocast; batch 4; d_model
    256, 4 layers, 4 heads, d_ff 1024) of Weird-Net, Weird-Net-A and the Transformer at
    L = 4K and 16K: tokens/s of seqmix's modules against the same models written by a user in
-   PyTorch (tests/gpu/models.py's UserOps: Algorithm 1, attention by SDPA), compiled, and the
+   PyTorch (tests/gpu/models.py's user_ops(): Algorithm 1, attention by SDPA), compiled, and the
    same eager. Each side alone: its model built, warmed up, then gc.collect,
    torch.cuda.empty_cache and reset_peak_memory_stats, then its timed steps, whose
    torch.cuda.max_memory_allocated is its peak (GiB; none on the CPU); then one step under
@@ -250,9 +250,10 @@ def aib_case(B, L, D, dtype, device):
 
 
 def ces_case(B, L, D, dtype, device):
-    from seqmix import _layers, _torch_ops
+    from seqmix import _torch_ops
+    from seqmix.mixers.ces import ces_coefficients
     ops = torch.ops.seqmix
-    _, mu, c = _layers.ces_coefficients(torch.randn(D, 2, device=device),
+    _, mu, c = ces_coefficients(torch.randn(D, 2, device=device),
                                         torch.full((D, 2), -3.0, device=device),
                                         0.2 * torch.randn(D, 2, device=device))
     x = torch.randn(B, L, D, device=device).to(dtype)

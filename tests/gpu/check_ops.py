@@ -140,7 +140,6 @@ def run_case(case, device, rng_seed):
 
 
 def aib_cases(ops):
-    from seqmix import _layers  # noqa: F401
     cases = []
     shapes = [(2, 1, 8), (2, 7, 8), (3, 300, 12), (2, 1000, 16), (1, 4096, 8), (1, 65536, 8),
               (1, 70000, 4)]
@@ -184,14 +183,14 @@ def aib_cases(ops):
 
 
 def ces_cases(ops):
-    from seqmix import _layers
+    from seqmix.mixers.ces import ces_coefficients
     cases = []
     for (B, L, H) in [(2, 1, 4), (2, 5, 8), (3, 129, 12), (2, 1000, 16), (1, 4096, 32)]:
         for direction in ("causal", "bidirectional"):
             for masked in (False, True):
                 for dtype in (torch.float32, torch.float64, torch.bfloat16):
                     C = 2 * H if direction == "bidirectional" else H
-                    _, mu, c = _layers.ces_coefficients(
+                    _, mu, c = ces_coefficients(
                         torch.randn(C, 2).double(), torch.full((C, 2), math.log(0.05)).double(),
                         0.2 * torch.randn(C, 2).double())
                     x = torch.randn(B, L, H)
@@ -338,7 +337,7 @@ def aib_scale_checks(ops, device, quick=False):
 
 def gradchecks(ops, device):
     """Finite differences in float64 on the device, small shapes."""
-    from seqmix import _layers
+    from seqmix.mixers.ces import ces_coefficients
     out = []
     d = dict(device=device, dtype=torch.float64)
 
@@ -355,7 +354,7 @@ def gradchecks(ops, device):
               lambda a, v, w, dd=direction: ops.aib_scan(a, v, w, mask, dd, "prefix_exp"),
               (a, v, w))
         C = 8 if direction == "bidirectional" else 4
-        _, mu, c = _layers.ces_coefficients(torch.randn(C, 2, **d),
+        _, mu, c = ces_coefficients(torch.randn(C, 2, **d),
                                             torch.full((C, 2), math.log(0.05), **d),
                                             0.2 * torch.randn(C, 2, **d))
         x = torch.randn(2, 300, 4, **d, requires_grad=True)

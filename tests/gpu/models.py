@@ -74,50 +74,30 @@ def seqmix_classes():
     return _layers.bind(DispatcherOps, "seqmix_gpu_check")
 
 
-class UserOps:
+def user_ops():
     """What a PyTorch user writes for the same models: the papers' algorithms in plain
-    PyTorch (seqmix._torch_ops: Algorithm 1's shift-and-add levels with one maximum per
-    sequence, aib_scan_literal; the CES FFT form; the Extractor's FFT convolution) and
-    attention through F.scaled_dot_product_attention."""
+    PyTorch (every registered mixer's plain ops, seqmix._torch_ops), with Algorithm 1's
+    shift-and-add levels with one maximum per sequence (aib_scan_literal) for AIB, and
+    attention through F.scaled_dot_product_attention where there is no mask."""
+    from seqmix import _torch_ops
+    from seqmix._mixer import mixers
+    ops = types.SimpleNamespace(**{fn.__name__: fn for e in mixers() for fn in e.torch_ops})
+    ops.aib_scan = _torch_ops.aib_scan_literal
 
-    @staticmethod
-    def aib_scan(a, v, w, mask, direction, weights, impl):
-        from seqmix import _torch_ops
-        return _torch_ops.aib_scan_literal(a, v, w, mask, direction, weights)
-
-    @staticmethod
-    def ces_scan(x, mu, c, mask, direction, impl):
-        from seqmix import _torch_ops
-        return _torch_ops.ces_scan(x, mu, c, mask, direction)
-
-    @staticmethod
     def attention(q, k, v, mask, direction, impl):
-        from seqmix import _torch_ops
         if mask is None:
             return torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, is_causal=direction == "causal")
         return _torch_ops.attention(q, k, v, mask, direction)
 
-    @staticmethod
-    def attention_reference(q, k, v, mask, direction, dropout):
-        from seqmix import _torch_ops
-        return _torch_ops.attention_reference(q, k, v, mask, direction, dropout)
-
-    @staticmethod
-    def extractor_conv(x, w, impl):
-        from seqmix import _torch_ops
-        return _torch_ops.extractor_conv(x, w)
-
-    @staticmethod
-    def causal_mean(x, window, mask, impl):
-        from seqmix import _torch_ops
-        return _torch_ops.causal_mean(x, window, mask)
+    ops.attention = attention
+    return ops
 
 
 def pytorch_classes():
-    """The same models on UserOps."""
+    """The same models on user_ops()."""
     from seqmix import _layers
-    return _layers.bind(UserOps, "seqmix_gpu_check_user")
+    return _layers.bind(user_ops(), "seqmix_gpu_check_user")
 
 
 def prefill(model, tokens):
@@ -192,10 +172,11 @@ def _nn_on_dispatcher():
     from seqmix._dispatcher import DispatcherOps
     module = types.ModuleType("seqmix.nn", "seqmix.nn's classes on the dispatcher's ops "
                               "(tests/gpu/models.py, for the operators-only library)")
+    from seqmix._mixer import DecodingState, mixers
     module.__dict__.update(_layers.bind(DispatcherOps, "seqmix.nn"))
-    for name in ("DecodingState", "ces_coefficients", "aib_level_weights", "aib_lag_weights",
-                 "aib_num_levels"):
-        setattr(module, name, getattr(_layers, name))
+    module.DecodingState = DecodingState
+    for fn in (fn for e in mixers() for fn in e.functions):
+        setattr(module, fn.__name__, fn)
     sys.modules["seqmix.nn"] = module
     seqmix.nn = module
 

@@ -35,7 +35,7 @@ def run(lib, device_name):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import models
     models.load_ops(lib)
-    from seqmix import _layers
+    from seqmix.mixers.ces import ces_coefficients
     device = torch.device(device_name)
     ops = torch.ops.seqmix
     B, L, D = (SHAPE[k] for k in "BLD") if device.type == "cuda" else (2, 64, 8)
@@ -43,7 +43,7 @@ def run(lib, device_name):
     torch.manual_seed(0)
     a, v, x, g = (torch.randn(B, L, D, device=device) for _ in range(4))
     w = -0.3 + 0.1 * torch.randn(K, D, device=device)
-    _, mu, c = _layers.ces_coefficients(torch.randn(D, 2, device=device),
+    _, mu, c = ces_coefficients(torch.randn(D, 2, device=device),
                                         torch.full((D, 2), -3.0, device=device),
                                         0.2 * torch.randn(D, 2, device=device))
     calls = {

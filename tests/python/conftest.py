@@ -12,6 +12,26 @@ import torch
 
 import seqmix
 
+
+def registry_layers():
+    """(id, factory) for every mixer of the Python registry (seqmix/_mixer.py), in each form
+    it has (causal; bidirectional unless causal only), built as the model builds it from a
+    small [model] section: the tests that walk the mixers loop over this, so a new mixer is
+    covered without a list to edit."""
+    import seqmix.nn  # noqa: F401  (loads the extension and checks it against the registry)
+    from seqmix import _mixer
+    out = []
+    for entry in _mixer.mixers():
+        for causal in (True,) if entry.causal_only else (True, False):
+            model = {"d_model": 8, "max_len": 32, "n_layers": 1, "n_heads": 2, "d_ff": 12,
+                     "causal": causal}
+
+            def make(entry=entry, model=model):
+                return entry.build(_mixer.BASE_FAMILY, model, {}, {})[0]
+
+            out.append((f"{entry.name}-{'causal' if causal else 'bidirectional'}", make))
+    return out
+
 @pytest.fixture(autouse=True)
 def _threads():
     # Small shapes: one thread keeps results independent of the machine's core count.

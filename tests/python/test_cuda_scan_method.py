@@ -570,11 +570,12 @@ def ces_single_pass(inp, w, mu, c, mask, bidirectional, main_reverse, seg, warps
                                          (29, 3, 2)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_ces_single_pass_scan_and_its_gradients(direction, L, seg, warps, masked):
-    from seqmix import _layers, _torch_ops
+    from seqmix import _torch_ops
+    from seqmix.mixers.ces import ces_coefficients
     torch.manual_seed(L + seg)
     B, H = 2, 3
     C = 2 * H if direction == "bidirectional" else H
-    _, mu, c = _layers.ces_coefficients(torch.randn(C, 2, dtype=torch.float64),
+    _, mu, c = ces_coefficients(torch.randn(C, 2, dtype=torch.float64),
                                         torch.full((C, 2), -1.0, dtype=torch.float64),
                                         0.3 * torch.randn(C, 2, dtype=torch.float64))
     mu, c = mu.detach().requires_grad_(), c.detach().requires_grad_()

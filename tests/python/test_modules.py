@@ -17,6 +17,8 @@ import seqmix.reference as ref
 from seqmix import _C
 from seqmix._api import _cpp_state
 
+from conftest import registry_layers
+
 PRESETS = ["weird-net", "weird-net-a", "moss", "transformer", "etsmlp-lm", "etsmlp-gate-lm",
            "extractor-transformer", "transformer-plain"]
 
@@ -172,11 +174,8 @@ def test_to_double_and_grads():
     assert all(p.grad is not None for p in m.parameters() if p.requires_grad)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: snn.AIBAttention(8, 32, causal=False), lambda: snn.AIBAttention(8, 32),
-    lambda: snn.SelfAttention(8, 2, causal=False), lambda: snn.ESMLP(8, 12, causal=False),
-    lambda: snn.Extractor(8, 32), lambda: snn.CES(8, bidirectional=True),
-    lambda: snn.CausalMean(8, 3)])
+@pytest.mark.parametrize("make", [m for _, m in registry_layers()] + [
+    lambda: snn.CES(8, bidirectional=True)], ids=[i for i, _ in registry_layers()] + ["CES"])
 def test_key_padding_mask_is_pytorch_s_convention(make):
     torch.manual_seed(0)
     layer = make().eval()
@@ -209,11 +208,13 @@ def test_model_masks_and_classifier_pooling():
                                m.classify(x[:1, :20])[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: snn.AIBAttention(8, 32), lambda: snn.AIBAttention(8, 32, weights="exp",
-                                                              bias_av=True),
-    lambda: snn.SelfAttention(8, 2), lambda: snn.ESMLP(8, 12, gate=True),
-    lambda: snn.Extractor(8, 32), lambda: snn.CES(8), lambda: snn.CausalMean(8, 3)])
+_CAUSAL = [(i, m) for i, m in registry_layers() if i.endswith("-causal")]
+
+
+@pytest.mark.parametrize("make", [m for _, m in _CAUSAL] + [
+    lambda: snn.AIBAttention(8, 32, weights="exp", bias_av=True),
+    lambda: snn.ESMLP(8, 12, gate=True), lambda: snn.CES(8)],
+    ids=[i for i, _ in _CAUSAL] + ["aib-exp-bias", "etsmlp-gate", "CES"])
 def test_step_equals_forward_on_the_prefix(make):
     torch.manual_seed(1)
     layer = make().double().eval()

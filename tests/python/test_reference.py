@@ -5,12 +5,11 @@ import pytest
 import torch
 
 import seqmix.nn  # noqa: F401  (loads the extension: torch.ops.seqmix.*)
-from seqmix import _C, _torch_ops
+from seqmix import _C, _mixer, _torch_ops
 
 CASES = _C.op_cases()  # (name, op, gradcheck-sized)
-TORCH = {"aib_scan": _torch_ops.aib_scan, "ces_scan": _torch_ops.ces_scan,
-         "attention": _torch_ops.attention, "extractor_conv": _torch_ops.extractor_conv,
-         "causal_mean": _torch_ops.causal_mean}
+# Every registered mixer's plain-PyTorch ops by name.
+TORCH = {fn.__name__: fn for entry in _mixer.mixers() for fn in entry.torch_ops}
 
 
 def leaves(args):
